@@ -1,0 +1,1 @@
+"""The only code that writes: one module per topic."""

@@ -1,0 +1,136 @@
+"""Writes for tenants, users, devices and tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.hashers import make_password
+from django.db import IntegrityError, transaction
+
+from qim.models import Device, DeviceToken, Tenant, User, new_token_key
+
+
+class AccountError(Exception):
+    """A refused account write; `code` is the API's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Bootstrapped:
+    tenant: Tenant
+    admin: User
+    token: str
+
+
+BOOTSTRAP_DEVICE_ID = "bootstrap"
+
+
+def do_bootstrap_tenant(tenant_name: str, admin_username: str, password: str) -> Bootstrapped:
+    """Create (or converge) a tenant and its admin; idempotent, so safe to run on every deploy.
+
+    Runs in its own transaction. A second run keeps every id and token and resets the admin's
+    password to the one given.
+    """
+    with transaction.atomic():
+        tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
+        admin = User.objects.filter(tenant=tenant, username=admin_username).first()
+        if admin is None:
+            admin = User(tenant=tenant, username=admin_username, is_tenant_admin=True)
+        admin.is_tenant_admin = True
+        admin.set_password(password)
+        admin.save()
+        token = do_issue_token(admin, BOOTSTRAP_DEVICE_ID)
+    return Bootstrapped(tenant=tenant, admin=admin, token=token)
+
+
+def do_create_user(
+    tenant: Tenant,
+    username: str,
+    password: str,
+    *,
+    display_name: str = "",
+    is_tenant_admin: bool = False,
+) -> User:
+    """Create one user; raises AccountError("conflict") when the username is taken."""
+    user = User(
+        tenant=tenant,
+        username=username,
+        display_name=display_name,
+        is_tenant_admin=is_tenant_admin,
+    )
+    user.set_password(password)
+    try:
+        with transaction.atomic():
+            user.save()
+    except IntegrityError:
+        raise AccountError("conflict", f"user {username!r} already exists") from None
+    return user
+
+
+def do_issue_token(user: User, device_id: str) -> str:
+    """The token of (user, device), creating the device and its token the first time.
+
+    One token per device: logging in again on the same device answers the same token.
+    Joins the caller's transaction if there is one.
+    """
+    with transaction.atomic():
+        device, _ = Device.objects.get_or_create(user=user, device_id=device_id)
+        token, _ = DeviceToken.objects.get_or_create(device=device)
+    return token.key
+
+
+def do_login(tenant_name: str, username: str, password: str, device_id: str) -> tuple[str, User]:
+    """Check a password and answer the device's token; AccountError("unauthenticated") else."""
+    user = (
+        User.objects.select_related("tenant")
+        .filter(tenant__name=tenant_name, username=username)
+        .first()
+    )
+    if user is None or not user.check_password(password):
+        raise AccountError("unauthenticated", "unknown tenant, username or password")
+    return do_issue_token(user, device_id), user
+
+
+def do_populate_users(
+    tenant: Tenant, count: int, password: str, device_id: str, *, batch_size: int = 2000
+) -> dict[str, str]:
+    """Bulk-create users u000001..uNNNNNN with one device and token each; answers their tokens.
+
+    One password hash is shared by all (hashing 100 000 times would take hours); existing
+    users are kept, and get a token for `device_id` if they lack one.
+    """
+    usernames = [f"u{i:06d}" for i in range(1, count + 1)]
+    password_hash = make_password(password)
+    for start in range(0, count, batch_size):
+        chunk = usernames[start : start + batch_size]
+        with transaction.atomic():
+            User.objects.bulk_create(
+                [User(tenant=tenant, username=u, password_hash=password_hash) for u in chunk],
+                ignore_conflicts=True,
+            )
+            user_pks = dict(
+                User.objects.filter(tenant=tenant, username__in=chunk).values_list("username", "pk")
+            )
+            Device.objects.bulk_create(
+                [Device(user_id=pk, device_id=device_id) for pk in user_pks.values()],
+                ignore_conflicts=True,
+            )
+            devices = dict(
+                Device.objects.filter(user_id__in=user_pks.values(), device_id=device_id).values_list(
+                    "user_id", "pk"
+                )
+            )
+            DeviceToken.objects.bulk_create(
+                [DeviceToken(key=new_token_key(), device_id=pk) for pk in devices.values()],
+                ignore_conflicts=True,
+            )
+    tokens = dict(
+        DeviceToken.objects.filter(
+            device__user__tenant=tenant, device__device_id=device_id
+        ).values_list("device__user__username", "key")
+    )
+    return {u: tokens[u] for u in usernames}

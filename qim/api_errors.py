@@ -1,0 +1,70 @@
+"""Every REST error is `{code, message}` with a fitting status (protocol.md §3, §10)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(exceptions.APIException):
+    """Raised by views with one of our codes (`conflict`, `forbidden`, ...)."""
+
+    def __init__(self, code: str, message: str, status_code: int) -> None:
+        super().__init__(detail=message, code=code)
+        self.status_code = status_code
+        self.qim_code = code
+
+
+_CODES_BY_EXCEPTION: list[tuple[type[Exception], str]] = [
+    (exceptions.NotAuthenticated, "unauthenticated"),
+    (exceptions.AuthenticationFailed, "unauthenticated"),
+    (exceptions.PermissionDenied, "forbidden"),
+    (exceptions.NotFound, "not_found"),
+    (exceptions.ValidationError, "bad_request"),
+    (exceptions.ParseError, "bad_request"),
+    (exceptions.UnsupportedMediaType, "bad_request"),
+    (exceptions.MethodNotAllowed, "method_not_allowed"),
+    (exceptions.Throttled, "rate_limited"),
+]
+
+
+def _message(detail) -> str:  # type: ignore[no-untyped-def]
+    if isinstance(detail, dict):
+        return "; ".join(f"{field}: {_message(value)}" for field, value in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_message(item) for item in detail)
+    return str(detail)
+
+
+def exception_handler(exc, context):  # type: ignore[no-untyped-def]
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)
+        return Response(
+            {"code": "internal", "message": "internal server error"},
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+    code = getattr(exc, "qim_code", None)
+    if code is None:
+        code = next((c for cls, c in _CODES_BY_EXCEPTION if isinstance(exc, cls)), "error")
+    body = {"code": code, "message": _message(getattr(exc, "detail", str(exc)))}
+    if isinstance(exc, exceptions.ValidationError):
+        body["fields"] = exc.detail
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        body["retry_after_ms"] = int(exc.wait * 1000)
+    response.data = body
+    return response
+
+
+def json_not_found(request, exception=None):  # type: ignore[no-untyped-def]
+    return JsonResponse({"code": "not_found", "message": "no such path"}, status=404)
+
+
+def json_server_error(request):  # type: ignore[no-untyped-def]
+    return JsonResponse({"code": "internal", "message": "internal server error"}, status=500)

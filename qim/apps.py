@@ -1,0 +1,14 @@
+"""The core app: tenants, users, devices, tokens, the gateway, conversations and the mailbox."""
+
+from django.apps import AppConfig
+
+
+class QimConfig(AppConfig):
+    name = "qim"
+    verbose_name = "QIM core"
+
+    def ready(self) -> None:
+        # Each app's frames module registers its handlers in the gateway's dispatch table.
+        from qim.gateway.dispatch import load_frame_modules
+
+        load_frame_modules()

@@ -1,0 +1,24 @@
+"""The ASGI application `qim.asgi:application`: HTTP through Django, /ws/v1 to the gateway."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qim.settings")
+django_http = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from qim.gateway.consumer import GatewayConsumer  # noqa: E402
+from qim.gateway.origin import QimOriginValidator  # noqa: E402
+
+websocket_routes = URLRouter([path("ws/v1", GatewayConsumer.as_asgi())])
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_http,
+        "websocket": QimOriginValidator(websocket_routes, settings.QIM_ALLOWED_ORIGINS),
+    }
+)

@@ -1,0 +1,1 @@
+"""The WebSocket gateway: consumer, dispatch table, ConnectionNode, presence directory."""

@@ -1,0 +1,28 @@
+"""One authenticated device connection, as the ConnectionNode and frame handlers see it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's key for a user
+
+
+@dataclass(eq=False)
+class Connection:
+    connection_id: str
+    tenant_id: int
+    tenant_name: str
+    user_pk: int
+    user_id: str
+    device_id: str
+    is_tenant_admin: bool
+    client_version: str
+    send_text: Callable[[str], Awaitable[None]]
+    # Users whose PRESENCE this connection subscribed to.
+    presence_watch: set[str] = field(default_factory=set)
+    rooms: set[str] = field(default_factory=set)
+
+    @property
+    def user_key(self) -> UserKey:
+        return (self.tenant_id, self.user_id)

@@ -1,0 +1,193 @@
+"""The gateway consumer: one per device connection. It authenticates and dispatches; the
+frame handlers in each app's frames module hold the logic."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import msgspec
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from ulid import ULID
+
+from qim.clock import now_ms
+from qim.conf import all_limits, limit
+from qim.db import in_db_thread
+from qim.gateway import codec
+from qim.gateway.connection import Connection
+from qim.gateway.dispatch import route_for
+from qim.gateway.errors import FrameError, error_frame
+from qim.gateway.node import get_node
+from qim.queries import identity_for_token
+
+logger = logging.getLogger(__name__)
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_AUTH_TIMEOUT = 4408
+
+
+class AuthFrame(msgspec.Struct):
+    token: str
+    device_id: str
+    client_version: str = ""
+    req_id: str | None = None
+    type: str = "AUTH"
+
+
+class GatewayConsumer(AsyncWebsocketConsumer):
+    """First frame AUTH, then each text frame goes through the dispatch table.
+
+    No per-consumer channel-layer channel (the alias is deliberately unconfigured): pushes
+    arrive through the ConnectionNode, which writes to this socket directly.
+    """
+
+    channel_layer_alias = "qim.gateway.no-per-consumer-channel"
+
+    conn: Connection | None = None
+    _auth_timer: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        # An exception can skip websocket_disconnect: the index must be cleaned regardless.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._cleanup()
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' dispatch hops to a thread to close stale DB connections before every
+        # message; our handlers do ORM work only through in_db_thread, which does that itself.
+        handler = getattr(self, message["type"].replace(".", "_"), None)
+        if handler is None:
+            raise ValueError(f"no handler for {message['type']}")
+        await handler(message)
+
+    async def connect(self) -> None:
+        await self.accept()
+        self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
+
+    async def _close_unless_authenticated(self) -> None:
+        await asyncio.sleep(limit("auth_timeout_s"))
+        if self.conn is None:
+            await self.close(code=CLOSE_AUTH_TIMEOUT)
+
+    async def disconnect(self, code: int) -> None:
+        await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            try:
+                await get_node().unregister(conn)
+            except Exception:
+                logger.exception("cleaning up connection %s failed", conn.connection_id)
+
+    async def send_frame(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=codec.encode(frame))
+
+    async def send_text(self, text: str) -> None:
+        await self.send(text_data=text)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if self.conn is None:
+            await self._authenticate(text_data, size)
+            return
+        if size > settings.QIM_MAX_INBOUND_FRAME_BYTES:
+            await self.send_frame(
+                error_frame("too_large", f"frames are limited to {settings.QIM_MAX_INBOUND_FRAME_BYTES} bytes")
+            )
+            return
+        if text_data is None:
+            await self.send_frame(error_frame("bad_frame", "frames are JSON text, not binary"))
+            return
+        await self._dispatch_frame(text_data)
+
+    async def _dispatch_frame(self, text: str) -> None:
+        try:
+            raw = codec.decode(text)
+        except msgspec.DecodeError as exc:
+            await self.send_frame(error_frame("bad_frame", f"malformed JSON: {exc}"))
+            return
+        if not isinstance(raw, dict):
+            await self.send_frame(error_frame("bad_frame", "a frame is a JSON object"))
+            return
+        req_id = raw.get("req_id")
+        if req_id is not None and not isinstance(req_id, str):
+            await self.send_frame(error_frame("bad_frame", "req_id must be a string"))
+            return
+        frame_type = raw.get("type")
+        route = route_for(frame_type) if isinstance(frame_type, str) else None
+        if route is None:
+            await self.send_frame(
+                error_frame("unknown_type", f"unknown frame type {frame_type!r}", req_id)
+            )
+            return
+        try:
+            frame = codec.convert(raw, route.schema)
+            reply = await route.handler(self.conn, frame)
+        except msgspec.ValidationError as exc:
+            reply = error_frame("bad_frame", f"{frame_type}: {exc}", req_id)
+        except FrameError as exc:
+            reply = exc.frame(req_id)
+        except Exception:
+            logger.exception("handler for %s failed", frame_type)
+            reply = error_frame("internal", "the server failed to handle this frame", req_id)
+        if reply is not None:
+            if req_id is not None:
+                reply.setdefault("req_id", req_id)
+            await self.send_frame(reply)
+
+    async def _authenticate(self, text: str | None, size: int) -> None:
+        """The first frame must be AUTH with a token issued for the named device."""
+        frame = None
+        if text is not None and size <= settings.QIM_MAX_INBOUND_FRAME_BYTES:
+            try:
+                raw = codec.decode(text)
+                if isinstance(raw, dict) and raw.get("type") == "AUTH":
+                    frame = codec.convert(raw, AuthFrame)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                frame = None
+        if frame is None:
+            await self._refuse("the first frame must be AUTH {token, device_id}")
+            return
+        identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
+        if identity is None:
+            await self._refuse("unknown token, or a token of another device", frame.req_id)
+            return
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+        node = get_node()
+        self.conn = Connection(
+            connection_id=str(ULID()),
+            tenant_id=identity.tenant_id,
+            tenant_name=identity.tenant_name,
+            user_pk=identity.user_pk,
+            user_id=identity.user_id,
+            device_id=identity.device_id,
+            is_tenant_admin=identity.is_tenant_admin,
+            client_version=frame.client_version,
+            send_text=self.send_text,
+        )
+        await node.register(self.conn)
+        reply = {
+            "type": "AUTH_OK",
+            "user_id": identity.user_id,
+            "tenant": identity.tenant_name,
+            "device_id": identity.device_id,
+            "connection_id": self.conn.connection_id,
+            "node_id": node.node_id,
+            "server_time_ms": now_ms(),
+            "registry_version": identity.registry_version,
+            "limits": all_limits(),
+        }
+        if frame.req_id is not None:
+            reply["req_id"] = frame.req_id
+        await self.send_frame(reply)
+
+    async def _refuse(self, message: str, req_id: str | None = None) -> None:
+        await self.send_frame(error_frame("unauthenticated", message, req_id))
+        await self.close(code=CLOSE_UNAUTHENTICATED)

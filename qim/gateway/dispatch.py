@@ -1,0 +1,64 @@
+"""The dispatch table: each app registers its frame handlers here, by frame `type`.
+
+A handler is `async def handle_x(conn, frame) -> reply | None`, where `frame` is the inbound
+frame validated against the handler's msgspec schema. It returns the reply frame (the gateway
+adds `req_id`) or None for fire-and-forget frames, and raises FrameError to refuse.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from qim.gateway.connection import Connection
+
+Reply = dict[str, Any] | None
+Handler = Callable[["Connection", Any], Awaitable[Reply]]
+
+# Apps whose `frames` module registers handlers; each is imported once at start-up.
+FRAME_MODULES = ["qim.frames", "rooms.frames", "reactions.frames", "registry.frames", "rtc.frames"]
+
+
+@dataclass(frozen=True)
+class FrameRoute:
+    frame_type: str
+    schema: type[msgspec.Struct]
+    handler: Handler
+
+
+_routes: dict[str, FrameRoute] = {}
+
+
+def frame_handler(frame_type: str, schema: type[msgspec.Struct]) -> Callable[[Handler], Handler]:
+    """Register `handler` for inbound frames of `frame_type`, validated by `schema`."""
+
+    def register(handler: Handler) -> Handler:
+        if frame_type in _routes:
+            raise RuntimeError(f"frame type {frame_type} registered twice")
+        _routes[frame_type] = FrameRoute(frame_type, schema, handler)
+        return handler
+
+    return register
+
+
+def route_for(frame_type: str) -> FrameRoute | None:
+    return _routes.get(frame_type)
+
+
+def registered_types() -> list[str]:
+    return sorted(_routes)
+
+
+def load_frame_modules() -> None:
+    """Import every app's frames module that exists (apps still to be built have none)."""
+    for name in FRAME_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise

@@ -1,0 +1,252 @@
+"""The ConnectionNode: this process's sockets, indexed, and the one channel it is reached by.
+
+Each daphne process is one node with a node id. It keeps in memory which of its connections
+belong to which user (and, for presence, who watches whom), listens on one channel-layer
+channel `qim.node.<node_id>` for per-node batches, and writes each batch's text, encoded once
+by the sender, to the matching local sockets itself. No per-connection consumer ever handles a
+channel-layer message: that path costs a thread hop per message in Channels (§ issue 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from channels.exceptions import ChannelFull
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from qim.conf import limit
+from qim.gateway.codec import encode
+from qim.gateway.connection import Connection, UserKey
+from qim.gateway.presence import (
+    MemoryPresenceDirectory,
+    PresenceDirectory,
+    RedisPresenceDirectory,
+)
+
+logger = logging.getLogger(__name__)
+
+NODE_CHANNEL_PREFIX = "qim.node."
+_NODE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def node_channel(node_id: str) -> str:
+    return NODE_CHANNEL_PREFIX + node_id
+
+
+class ConnectionNode:
+    """This process's connections and its end of node-to-node fan-out."""
+
+    def __init__(self, node_id: str, directory: PresenceDirectory) -> None:
+        if not _NODE_ID_RE.match(node_id):
+            raise ImproperlyConfigured(f"QIM_NODE_ID {node_id!r} must match {_NODE_ID_RE.pattern}")
+        self.node_id = node_id
+        self.directory = directory
+        self.connections: dict[str, Connection] = {}
+        self._by_user: dict[UserKey, set[Connection]] = defaultdict(set)
+        self._watchers: dict[UserKey, set[Connection]] = defaultdict(set)
+        # Operators and tests read these through GET /api/v1/node.
+        self.counters: Counter[str] = Counter()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Start the channel listener and the heartbeat on the running loop, once.
+
+        Daphne has no lifespan events, so the first connection starts them; a node without
+        connections has no recipients and so needs neither.
+        """
+        if self._started:
+            return
+        self._started = True
+        self._tasks.append(asyncio.create_task(self._listen(), name="qim-node-listen"))
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="qim-node-heartbeat"))
+
+    async def _listen(self) -> None:
+        layer = get_channel_layer()
+        channel = node_channel(self.node_id)
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("node channel receive failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            self.counters["layer_messages_received"] += 1
+            try:
+                await self.deliver_local(message)
+            except Exception:
+                logger.exception("delivering a node batch failed")
+
+    async def _heartbeat(self) -> None:
+        period = max(0.2, limit("presence_ttl_s") / 3)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.directory.heartbeat(self.node_id, list(self._by_user), list(self._watchers))
+            except Exception:
+                logger.exception("presence heartbeat failed")
+
+    # --- the local index ---------------------------------------------------------------
+
+    async def register(self, conn: Connection) -> None:
+        """Index an authenticated connection; announce the user online if this is their first."""
+        self.ensure_started()
+        self.connections[conn.connection_id] = conn
+        local = self._by_user[conn.user_key]
+        first_here = not local
+        local.add(conn)
+        self.counters["connections_opened"] += 1
+        if not first_here:
+            return
+        elsewhere = await self.directory.nodes_of(conn.tenant_id, [conn.user_id])
+        await self.directory.add(self.node_id, conn.user_key)
+        if not elsewhere:
+            await self.notify_presence(conn.user_key, online=True)
+
+    async def unregister(self, conn: Connection) -> None:
+        """Drop a connection from every index; idempotent, so the consumer may call it twice."""
+        if self.connections.pop(conn.connection_id, None) is None:
+            return
+        self.counters["connections_closed"] += 1
+        for watched in list(conn.presence_watch):
+            await self.unwatch_presence(conn, watched)
+        local = self._by_user.get(conn.user_key)
+        if local is None:
+            return
+        local.discard(conn)
+        if local:
+            return
+        del self._by_user[conn.user_key]
+        await self.directory.remove(self.node_id, conn.user_key)
+        still_online = await self.directory.online(conn.tenant_id, [conn.user_id])
+        if not still_online[conn.user_id]:
+            await self.notify_presence(conn.user_key, online=False)
+
+    def local_connections_of(self, user: UserKey) -> set[Connection]:
+        return self._by_user.get(user, set())
+
+    # --- presence subscriptions ------------------------------------------------------------
+
+    async def watch_presence(self, conn: Connection, user_id: str) -> None:
+        watched = (conn.tenant_id, user_id)
+        conn.presence_watch.add(user_id)
+        watchers = self._watchers[watched]
+        if not watchers:
+            await self.directory.watch(self.node_id, watched)
+        watchers.add(conn)
+
+    async def unwatch_presence(self, conn: Connection, user_id: str) -> None:
+        watched = (conn.tenant_id, user_id)
+        conn.presence_watch.discard(user_id)
+        watchers = self._watchers.get(watched)
+        if watchers is None:
+            return
+        watchers.discard(conn)
+        if not watchers:
+            del self._watchers[watched]
+            await self.directory.unwatch(self.node_id, watched)
+
+    async def notify_presence(self, user: UserKey, *, online: bool) -> None:
+        """Tell every node that watches `user` (one batch each) that they came or went."""
+        text = encode({"type": "PRESENCE", "user_id": user[1], "online": online})
+        for node_id in await self.directory.watcher_nodes(user):
+            await self.send_batch(
+                node_id, {"tenant": user[0], "watchers_of": user[1], "text": text}
+            )
+
+    # --- fan-out -------------------------------------------------------------------
+
+    async def send_to_users(
+        self,
+        tenant_id: int,
+        user_ids: Iterable[str],
+        text: str,
+        *,
+        exclude_device: tuple[str, str] | None = None,
+    ) -> int:
+        """Deliver `text` to every connection of `user_ids`, one batch per node that has any.
+
+        `exclude_device` = (user_id, device_id) skips that one device (an event's origin).
+        Answers how many nodes were sent a batch; nodes without recipients get nothing.
+        """
+        grouped = await self.directory.nodes_of(tenant_id, user_ids)
+        for node_id, users in grouped.items():
+            batch: dict[str, Any] = {"tenant": tenant_id, "users": users, "text": text}
+            if exclude_device is not None:
+                batch["exclude"] = list(exclude_device)
+            await self.send_batch(node_id, batch)
+        return len(grouped)
+
+    async def send_batch(self, node_id: str, batch: dict[str, Any]) -> None:
+        """One batch to one node: written straight to local sockets when it is this node."""
+        batch = {"type": "node.batch", **batch}
+        if node_id == self.node_id:
+            await self.deliver_local(batch)
+            return
+        self.counters["layer_messages_sent"] += 1
+        try:
+            await get_channel_layer().send(node_channel(node_id), batch)
+        except ChannelFull:
+            # Pushes are best effort; persistent data heals through SYNC.
+            self.counters["layer_messages_dropped"] += 1
+            logger.warning("node channel of %s is full; batch dropped", node_id)
+
+    def _targets(self, batch: dict[str, Any]) -> Iterable[Connection]:
+        tenant_id = batch["tenant"]
+        if "watchers_of" in batch:
+            return list(self._watchers.get((tenant_id, batch["watchers_of"]), ()))
+        exclude = tuple(batch["exclude"]) if batch.get("exclude") else None
+        targets = []
+        for user_id in batch.get("users", ()):
+            for conn in self._by_user.get((tenant_id, user_id), ()):
+                if exclude is None or (conn.user_id, conn.device_id) != exclude:
+                    targets.append(conn)
+        return targets
+
+    async def deliver_local(self, batch: dict[str, Any]) -> None:
+        """Write a batch's text, as it is, to each local target socket."""
+        text = batch["text"]
+        for conn in self._targets(batch):
+            try:
+                await conn.send_text(text)
+                self.counters["frames_written"] += 1
+            except Exception:
+                logger.exception("writing to connection %s failed", conn.connection_id)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "connections": len(self.connections),
+            "online_users": len(self._by_user),
+            "counters": dict(self.counters),
+        }
+
+
+_node: ConnectionNode | None = None
+
+
+def make_directory() -> PresenceDirectory:
+    if settings.QIM_REDIS_URL:
+        from qim.redis_client import get_redis
+
+        return RedisPresenceDirectory(get_redis, ttl_s=limit("presence_ttl_s"))
+    return MemoryPresenceDirectory()
+
+
+def get_node() -> ConnectionNode:
+    """This process's node (one per daphne process)."""
+    global _node
+    if _node is None:
+        _node = ConnectionNode(settings.QIM_NODE_ID, make_directory())
+    return _node

@@ -1,0 +1,175 @@
+"""The presence directory: which nodes hold connections of each online user.
+
+One interface, two implementations (the centrifuge pattern): in-process for the embedded
+default, Redis for several nodes. Fan-out asks it where users are so it can send one batch per
+node. In Redis every entry carries an expiry that only its node's heartbeat renews, so the
+entries of a node that died vanish on their own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Protocol
+
+from qim.gateway.connection import UserKey
+
+
+class PresenceDirectory(Protocol):
+    """Where users are online, and which nodes watch whose presence."""
+
+    async def add(self, node_id: str, user: UserKey) -> None:
+        """This node now holds at least one connection of `user`."""
+
+    async def remove(self, node_id: str, user: UserKey) -> None:
+        """This node holds no connection of `user` any more."""
+
+    async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
+        """node id -> those of `user_ids` with a connection there (offline users absent)."""
+
+    async def online(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, bool]:
+        """user id -> whether any live node holds a connection of that user."""
+
+    async def watch(self, node_id: str, watched: UserKey) -> None:
+        """Some connection on this node subscribed to `watched`'s presence."""
+
+    async def unwatch(self, node_id: str, watched: UserKey) -> None:
+        """No connection on this node watches `watched` any more."""
+
+    async def watcher_nodes(self, watched: UserKey) -> list[str]:
+        """Nodes with a connection subscribed to `watched`'s presence."""
+
+    async def heartbeat(
+        self, node_id: str, users: Iterable[UserKey], watched: Iterable[UserKey]
+    ) -> None:
+        """Renew this node's entries; a node that stops calling this fades out."""
+
+
+class MemoryPresenceDirectory:
+    """Embedded default: one process holds every connection, so a dict is the truth."""
+
+    def __init__(self) -> None:
+        self._nodes_by_user: dict[UserKey, set[str]] = defaultdict(set)
+        self._watchers: dict[UserKey, set[str]] = defaultdict(set)
+
+    async def add(self, node_id: str, user: UserKey) -> None:
+        self._nodes_by_user[user].add(node_id)
+
+    async def remove(self, node_id: str, user: UserKey) -> None:
+        nodes = self._nodes_by_user.get(user)
+        if nodes is not None:
+            nodes.discard(node_id)
+            if not nodes:
+                del self._nodes_by_user[user]
+
+    async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
+        grouped: dict[str, list[str]] = defaultdict(list)
+        for user_id in user_ids:
+            for node_id in self._nodes_by_user.get((tenant_id, user_id), ()):
+                grouped[node_id].append(user_id)
+        return dict(grouped)
+
+    async def online(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, bool]:
+        return {u: bool(self._nodes_by_user.get((tenant_id, u))) for u in user_ids}
+
+    async def watch(self, node_id: str, watched: UserKey) -> None:
+        self._watchers[watched].add(node_id)
+
+    async def unwatch(self, node_id: str, watched: UserKey) -> None:
+        nodes = self._watchers.get(watched)
+        if nodes is not None:
+            nodes.discard(node_id)
+            if not nodes:
+                del self._watchers[watched]
+
+    async def watcher_nodes(self, watched: UserKey) -> list[str]:
+        return sorted(self._watchers.get(watched, ()))
+
+    async def heartbeat(
+        self, node_id: str, users: Iterable[UserKey], watched: Iterable[UserKey]
+    ) -> None:
+        return None
+
+
+def _user_key(prefix: str, user: UserKey) -> str:
+    return f"{prefix}{user[0]}:{user[1]}"
+
+
+class RedisPresenceDirectory:
+    """Several nodes: per user a sorted set of node ids scored by their expiry (ms).
+
+    A sorted set rather than a hash with a key TTL: a user online on two nodes keeps the key
+    alive through the live node, and the dead node's member must still expire on its own.
+    Readers ignore members whose score is in the past; writers prune them.
+    """
+
+    USERS = "qim:presence:user:"
+    WATCHERS = "qim:presence:watch:"
+
+    def __init__(self, redis_factory, ttl_s: float) -> None:  # type: ignore[no-untyped-def]
+        self._redis = redis_factory
+        self._ttl_ms = int(ttl_s * 1000)
+
+    def _expiry(self) -> int:
+        return int(time.time() * 1000) + self._ttl_ms
+
+    async def _set_member(self, key: str, node_id: str) -> None:
+        redis = self._redis()
+        now = int(time.time() * 1000)
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {node_id: self._expiry()})
+            pipe.zremrangebyscore(key, "-inf", now)
+            pipe.pexpire(key, self._ttl_ms)
+            await pipe.execute()
+
+    async def add(self, node_id: str, user: UserKey) -> None:
+        await self._set_member(_user_key(self.USERS, user), node_id)
+
+    async def remove(self, node_id: str, user: UserKey) -> None:
+        await self._redis().zrem(_user_key(self.USERS, user), node_id)
+
+    async def _live_members(self, keys: list[str]) -> list[list[str]]:
+        if not keys:
+            return []
+        now = int(time.time() * 1000)
+        async with self._redis().pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zrangebyscore(key, now, "+inf")
+            return await pipe.execute()
+
+    async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
+        user_ids = list(user_ids)
+        keys = [_user_key(self.USERS, (tenant_id, u)) for u in user_ids]
+        grouped: dict[str, list[str]] = defaultdict(list)
+        for user_id, nodes in zip(user_ids, await self._live_members(keys)):
+            for node_id in nodes:
+                grouped[node_id].append(user_id)
+        return dict(grouped)
+
+    async def online(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, bool]:
+        user_ids = list(user_ids)
+        keys = [_user_key(self.USERS, (tenant_id, u)) for u in user_ids]
+        return {u: bool(n) for u, n in zip(user_ids, await self._live_members(keys))}
+
+    async def watch(self, node_id: str, watched: UserKey) -> None:
+        await self._set_member(_user_key(self.WATCHERS, watched), node_id)
+
+    async def unwatch(self, node_id: str, watched: UserKey) -> None:
+        await self._redis().zrem(_user_key(self.WATCHERS, watched), node_id)
+
+    async def watcher_nodes(self, watched: UserKey) -> list[str]:
+        (nodes,) = await self._live_members([_user_key(self.WATCHERS, watched)])
+        return sorted(nodes)
+
+    async def heartbeat(
+        self, node_id: str, users: Iterable[UserKey], watched: Iterable[UserKey]
+    ) -> None:
+        expiry = self._expiry()
+        async with self._redis().pipeline(transaction=False) as pipe:
+            for prefix, keys in ((self.USERS, users), (self.WATCHERS, watched)):
+                for user in keys:
+                    key = _user_key(prefix, user)
+                    pipe.zadd(key, {node_id: expiry})
+                    pipe.pexpire(key, self._ttl_ms)
+            await pipe.execute()

@@ -1,0 +1,217 @@
+"""Django settings, read from the environment (protocol.md §1) through django-environ."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("QIM_VAR_DIR", BASE_DIR / "var"))
+
+env = environ.Env()
+
+# --- process ---------------------------------------------------------------
+DEBUG = env.bool("QIM_DEBUG", default=False)
+
+
+def _dev_secret_key() -> str:
+    """Embedded default only: one key kept under var/ so admin sessions survive restarts."""
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(48))
+    return path.read_text().strip()
+
+
+SECRET_KEY = env.str("QIM_SECRET_KEY", default="") or _dev_secret_key()
+ALLOWED_HOSTS = env.list("QIM_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+QIM_ALLOWED_ORIGINS = env.list(
+    "QIM_ALLOWED_ORIGINS", default=["http://localhost:8000", "http://127.0.0.1:8000"]
+)
+QIM_NODE_ID = env.str("QIM_NODE_ID", default="") or f"node-{os.getpid()}"
+QIM_REDIS_URL = env.str("QIM_REDIS_URL", default="")
+QIM_FAULT = env.str("QIM_FAULT", default="")
+
+# --- tunables (design doc; protocol.md §1): name -> default, unit in the suffix ----------
+TUNABLE_DEFAULTS: dict[str, float] = {
+    "room_log_retention_minutes": 30,
+    "room_ring_max_items": 1000,
+    "room_msg_rate": 20,
+    "room_outbound_frame_rate": 10,
+    "max_rooms_per_connection": 20,
+    "read_sync_merge_window_s": 3,
+    "recall_self_window_s": 120,
+    "edit_self_window_s": 900,
+    "max_custom_payload_bytes": 32768,
+    "per_user_msg_rate": 20,
+    "per_user_reaction_rate": 5,
+    "reaction_detail_max_members": 1000,
+    "reaction_detail_max_per_message": 10000,
+    "reaction_push_merge_window_s": 2,
+    "rtc_ring_timeout_s": 60,
+    "rtc_voip_push_daily_quota": 200,
+    "turn_ttl_s": 86400,
+    # Ours (documented in docs/protocol.md): how long a client has to send AUTH, and how long
+    # a dead node's presence entries outlive its last heartbeat.
+    "auth_timeout_s": 10,
+    "presence_ttl_s": 30,
+}
+
+
+def _number(value: float) -> int | float:
+    """Whole numbers stay ints so counts and limits read naturally in AUTH_OK."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+QIM_LIMITS: dict[str, int | float] = {
+    name: _number(env.float(f"QIM_{name.upper()}", default=default))
+    for name, default in TUNABLE_DEFAULTS.items()
+}
+QIM_TURN_URLS = env.list("QIM_TURN_URLS", default=[])
+QIM_TURN_SECRET = env.str("QIM_TURN_SECRET", default="")
+# Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
+QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
+
+# --- apps ---------------------------------------------------------------------
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "qim",
+    "rooms",
+    "reactions",
+    "registry",
+    "rtc",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "qim.urls"
+ASGI_APPLICATION = "qim.asgi.application"
+WSGI_APPLICATION = None
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# --- database ---------------------------------------------------------------------
+_default_sqlite = f"sqlite:///{VAR_DIR / 'qim.sqlite3'}"
+DATABASES = {"default": env.db_url("QIM_DATABASE_URL", default=_default_sqlite)}
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN so
+    # concurrent writers queue on the busy timeout instead of failing with "locked".
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    if _db["NAME"] not in ("", ":memory:"):
+        Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+# Frame handlers run ORM work in executor threads; keep their connections open.
+_db["CONN_MAX_AGE"] = None
+_db["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Test and benchmark runs may name a faster hasher; production keeps Django's default.
+PASSWORD_HASHERS = env.list(
+    "QIM_PASSWORD_HASHERS",
+    default=[
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+        "django.contrib.auth.hashers.Argon2PasswordHasher",
+        "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+        "django.contrib.auth.hashers.ScryptPasswordHasher",
+    ],
+)
+
+# --- channel layer ------------------------------------------------------------------
+# channels-redis drops silently when a channel is full (default capacity 100) and forgets
+# messages after `expiry` (60 s): node channels carry whole batches for many sockets, so
+# they get a large capacity. Persistent data never depends on a push arriving: SYNC heals.
+QIM_NODE_CHANNEL_CAPACITY = env.int("QIM_NODE_CHANNEL_CAPACITY", default=10000)
+if QIM_REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [QIM_REDIS_URL],
+                "prefix": "qim:layer:",
+                "capacity": 1000,
+                "expiry": 30,
+                "group_expiry": 86400 * 7,
+                "channel_capacity": {"qim.node.*": QIM_NODE_CHANNEL_CAPACITY},
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": QIM_NODE_CHANNEL_CAPACITY, "expiry": 30},
+        }
+    }
+
+# --- REST -----------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["qim.api_auth.DeviceTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "qim.api_errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "QIM API",
+    "DESCRIPTION": "Multi-tenant instant messaging: REST half of the contract (protocol.md §3).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- misc ---------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

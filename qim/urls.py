@@ -1,0 +1,23 @@
+"""HTTP routes: the REST API under /api/v1/ (no trailing slashes) and the admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from qim import api
+
+api_v1 = [
+    path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
+    path("users", api.UsersView.as_view(), name="users"),
+    path("node", api.NodeStatsView.as_view(), name="node-stats"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]
+
+urlpatterns = [
+    path("api/v1/", include(api_v1)),
+    path("admin/", admin.site.urls),
+]
+
+handler404 = "qim.api_errors.json_not_found"
+handler500 = "qim.api_errors.json_server_error"

@@ -1,0 +1,430 @@
+"""QimClient: one authenticated WebSocket session with request/reply matching, pushes and reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from .backoff import Backoff
+from .codec import Frame, decode_frame, encode_frame
+from .errors import AuthError, ConnectionLost, QimError
+from .pushes import PushCallback, PushCallbacks, PushQueue
+
+logger = logging.getLogger("qimclient")
+
+ReconnectHook = Callable[["QimClient"], Awaitable[None]]
+
+# §4: a bad token gets ERROR then 4401; no AUTH within 10 s gets 4408.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_AUTH_TIMEOUT = 4408
+_CLOSE_CODE_NAMES = {CLOSE_UNAUTHENTICATED: "unauthenticated", CLOSE_AUTH_TIMEOUT: "auth_timeout"}
+
+# Server replies (SYNC_BATCH with 100+ events) can be far larger than the 64 KiB inbound cap.
+MAX_INCOMING_BYTES = 64 * 1024 * 1024
+# Replies that arrive after their request timed out are dropped, not mistaken for pushes.
+_ABANDONED_MEMORY = 1024
+
+
+class QimClient:
+    """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
+
+    Frames carrying a `req_id` of a pending `request()` resolve it; everything else (pushes,
+    and answers to frames sent with `send_frame`) goes to the push queue and callbacks.
+    """
+
+    def __init__(
+        self,
+        ws_url: str,
+        token: str,
+        device_id: str,
+        *,
+        client_version: str = "qimclient/1",
+        request_timeout: float = 10.0,
+        reconnect: bool = True,
+        origin: str | None = None,
+        backoff: Backoff | None = None,
+        max_queued_pushes: int = 10_000,
+    ) -> None:
+        self.ws_url = ws_url
+        self.token = token
+        self.device_id = device_id
+        self.client_version = client_version
+        self.request_timeout = request_timeout
+        self.reconnect = reconnect
+        self.origin = origin
+        self.backoff = backoff if backoff is not None else Backoff()
+        # The AUTH_OK of the current (or last) session.
+        self.auth_ok: Frame | None = None
+        # Close code and reason of the last socket that closed, whoever closed it.
+        self.close_code: int | None = None
+        self.close_reason: str | None = None
+        # Why reconnecting stopped, when it gave up (e.g. the token was revoked).
+        self.last_error: BaseException | None = None
+        # The device's mailbox position (§5 SYNC `after_mailbox_seq`); 0 is the beginning.
+        self.cursor: int = 0
+        self.reconnects = 0
+        self.invalid_frames = 0
+        # Awaited in order after each successful reconnect, e.g. to SYNC from `cursor`.
+        self.on_reconnect: list[ReconnectHook] = []
+        self._pushes = PushQueue(max_queued_pushes)
+        self._callbacks = PushCallbacks()
+        self._pending: dict[str, asyncio.Future[Frame]] = {}
+        self._abandoned: deque[str] = deque(maxlen=_ABANDONED_MEMORY)
+        self._req_ids = itertools.count(1)
+        self._ws: ClientConnection | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._hook_tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._connected = asyncio.Event()
+        self._finished = asyncio.Event()
+
+    # Session lifecycle
+
+    async def connect(self) -> Frame:
+        """Open the socket, AUTH, and start reading; returns AUTH_OK.
+
+        Raises AuthError on a refused AUTH, TimeoutError if the server does not answer in
+        `request_timeout`, and OSError / websockets InvalidHandshake (e.g. an Origin outside
+        `QIM_ALLOWED_ORIGINS`) when the socket cannot open. The first connect never retries.
+        """
+        if self._supervisor is not None and not self._supervisor.done():
+            raise RuntimeError("already connected; call close() first")
+        self._closing = False
+        self._finished.clear()
+        self.last_error = None
+        ws, auth_ok = await self._open_and_authenticate()
+        self._install(ws, auth_ok)
+        self._supervisor = asyncio.create_task(self._supervise(), name="qimclient-reader")
+        return auth_ok
+
+    async def close(self) -> None:
+        """Close for good: no reconnect; pending requests fail with ConnectionLost."""
+        self._closing = True
+        ws = self._ws
+        if ws is not None:
+            await ws.close()
+            self._record_close(ws)
+        task = self._supervisor
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        self._connected.clear()
+        self._fail_pending(ConnectionLost("client closed the connection", self.close_code))
+        self._finished.set()
+
+    async def __aenter__(self) -> QimClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def is_connected(self) -> bool:
+        """True while an authenticated socket is open."""
+        return self._connected.is_set()
+
+    @property
+    def user_id(self) -> str | None:
+        """The authenticated user's id, from AUTH_OK."""
+        return None if self.auth_ok is None else self.auth_ok.get("user_id")
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Wait until authenticated (e.g. after a drop); ConnectionLost if the client gave up or closed."""
+        async with asyncio.timeout(timeout):
+            while not self._connected.is_set():
+                if self._finished.is_set():
+                    raise ConnectionLost("client is closed and will not reconnect", self.close_code)
+                waiters = [asyncio.ensure_future(e.wait()) for e in (self._connected, self._finished)]
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in waiters:
+                        waiter.cancel()
+
+    # Requests and raw sends
+
+    async def request(self, frame_type: str, /, **fields: Any) -> Frame:
+        """Send `{type: frame_type, req_id, **fields}` and return the reply echoing its req_id.
+
+        Raises QimError on `ERROR`, TimeoutError after `request_timeout`, ConnectionLost if
+        the socket is down or drops first. A `req_id` in `fields` is used instead of a fresh one.
+        """
+        if "type" in fields:
+            raise TypeError("pass the frame type as the first argument, not as a field")
+        return await self.request_frame({"type": frame_type, **fields})
+
+    async def request_frame(self, frame: Frame, *, timeout: float | None = None) -> Frame:
+        """Like `request()` for a prepared frame dict; `timeout` overrides `request_timeout`."""
+        frame = dict(frame)
+        req_id = frame.setdefault("req_id", f"r{next(self._req_ids)}")
+        if not isinstance(req_id, str):
+            raise TypeError("req_id must be a string (§4)")
+        if req_id in self._pending:
+            raise ValueError(f"req_id {req_id!r} is already awaiting a reply")
+        ws = self._require_socket()
+        reply: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = reply
+        try:
+            try:
+                await ws.send(encode_frame(frame))
+            except ConnectionClosed as closed:
+                raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
+            wait = self.request_timeout if timeout is None else timeout
+            try:
+                async with asyncio.timeout(wait):
+                    answer = await reply
+            except TimeoutError:
+                self._abandoned.append(req_id)
+                raise TimeoutError(f"no reply to {frame.get('type')} {req_id} within {wait} s") from None
+        finally:
+            self._pending.pop(req_id, None)
+        if answer.get("type") == "ERROR":
+            raise QimError.from_frame(answer)
+        return answer
+
+    async def send_frame(self, frame: Frame) -> None:
+        """Send a frame as is and do not wait (TYPING, or deliberately malformed test frames)."""
+        await self.send_raw(encode_frame(frame))
+
+    async def send_raw(self, text: str) -> None:
+        """Send arbitrary text as one WebSocket text message."""
+        ws = self._require_socket()
+        try:
+            await ws.send(text)
+        except ConnectionClosed as closed:
+            raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
+
+    # Pushes
+
+    async def next_push(self, timeout: float | None = 10.0, type: str | None = None) -> Frame:
+        """Next queued push, optionally the next of `type` (others stay queued in order).
+
+        Raises TimeoutError when none arrives within `timeout` seconds; None waits forever.
+        """
+        return await self._pushes.get(timeout, type)
+
+    def drain_pushes(self) -> list[Frame]:
+        """All queued pushes, oldest first, without waiting."""
+        return self._pushes.drain()
+
+    def on_push(self, frame_type: str, callback: PushCallback) -> Callable[[], None]:
+        """Call `callback(frame)` for each push of `frame_type` (`"*"`: all); returns an unregister function.
+
+        Pushes are queued as well, so `next_push()` still sees them. Async callbacks run as
+        tasks and may call `request()`; a failing callback is logged.
+        """
+        return self._callbacks.add(frame_type, callback)
+
+    # Helpers for common requests
+
+    async def subscribe_presence(self, user_ids: Iterable[str]) -> dict[str, bool]:
+        """PRESENCE_SUB: returns the current `{user_id: online}`; PRESENCE pushes follow each change.
+
+        Subscriptions live on the server connection, so an `on_reconnect` hook must repeat them.
+        """
+        ack = await self.request("PRESENCE_SUB", user_ids=list(user_ids))
+        return ack["presence"]
+
+    # Internals: handshake
+
+    async def _open_and_authenticate(self) -> tuple[ClientConnection, Frame]:
+        ws = await connect(
+            self.ws_url,
+            origin=self.origin,  # type: ignore[arg-type]  # websockets' Origin is a NewType of str
+            open_timeout=self.request_timeout,
+            max_size=MAX_INCOMING_BYTES,
+        )
+        try:
+            auth = {
+                "type": "AUTH",
+                "token": self.token,
+                "device_id": self.device_id,
+                "client_version": self.client_version,
+            }
+            await ws.send(encode_frame(auth))
+            try:
+                async with asyncio.timeout(self.request_timeout):
+                    auth_ok = await self._await_auth_reply(ws)
+            except TimeoutError:
+                raise TimeoutError(f"no AUTH_OK within {self.request_timeout} s") from None
+        except BaseException:
+            await ws.close()
+            self._record_close(ws)
+            raise
+        return ws, auth_ok
+
+    async def _await_auth_reply(self, ws: ClientConnection) -> Frame:
+        while True:
+            try:
+                message = await ws.recv()
+            except ConnectionClosed as closed:
+                self._record_close(ws)
+                code = _code_of(closed)
+                name = _CLOSE_CODE_NAMES.get(code or 0, "closed")
+                reason = (closed.rcvd.reason if closed.rcvd else "") or "connection closed during AUTH"
+                raise AuthError(name, reason, code) from None
+            frame = decode_frame(message)
+            if frame is None:
+                self._note_invalid(message)
+            elif frame.get("type") == "AUTH_OK":
+                return frame
+            elif frame.get("type") == "ERROR":
+                close_code = await self._wait_server_close(ws)
+                code = str(frame.get("code", "unauthenticated"))
+                raise AuthError(code, str(frame.get("message", "")), close_code)
+            else:
+                logger.warning("ignoring %s frame received before AUTH_OK", frame.get("type"))
+
+    async def _wait_server_close(self, ws: ClientConnection) -> int | None:
+        """After an AUTH ERROR the server closes (4401); read until it does, to report its code."""
+        try:
+            async with asyncio.timeout(min(self.request_timeout, 5.0)):
+                while True:
+                    await ws.recv()
+        except (ConnectionClosed, TimeoutError):
+            pass
+        self._record_close(ws)
+        return ws.close_code
+
+    # Internals: reading, reconnecting
+
+    def _install(self, ws: ClientConnection, auth_ok: Frame) -> None:
+        self._ws = ws
+        self.auth_ok = auth_ok
+        self._connected.set()
+
+    async def _supervise(self) -> None:
+        """Read until the socket drops, then reconnect with backoff, until closed or given up."""
+        try:
+            while True:
+                ws = self._ws
+                assert ws is not None
+                await self._read_frames(ws)
+                self._connected.clear()
+                self._record_close(ws)
+                self._fail_pending(ConnectionLost("connection lost", self.close_code))
+                if not self._should_reconnect():
+                    return
+                if not await self._reconnect():
+                    return
+                self.reconnects += 1
+                self._start_reconnect_hooks()
+        except Exception as error:  # a reader bug must not leave requests hanging
+            logger.exception("qimclient reader stopped")
+            self.last_error = error
+            self._connected.clear()
+            self._fail_pending(ConnectionLost(f"reader stopped: {error}", self.close_code))
+        finally:
+            if not self._connected.is_set():
+                self._finished.set()
+
+    async def _read_frames(self, ws: ClientConnection) -> None:
+        try:
+            async for message in ws:
+                self._dispatch(message)
+        except ConnectionClosed:
+            pass
+
+    def _dispatch(self, message: str | bytes) -> None:
+        frame = decode_frame(message)
+        if frame is None:
+            self._note_invalid(message)
+            return
+        logger.debug("received %s", frame.get("type"))
+        req_id = frame.get("req_id")
+        if isinstance(req_id, str):
+            waiter = self._pending.get(req_id)
+            if waiter is not None:
+                if not waiter.done():
+                    waiter.set_result(frame)
+                return
+            if req_id in self._abandoned:
+                logger.debug("dropping late reply to %s", req_id)
+                return
+        self._pushes.put(frame)
+        self._callbacks.dispatch(frame)
+
+    def _should_reconnect(self) -> bool:
+        if self._closing or not self.reconnect:
+            return False
+        if self.close_code == CLOSE_UNAUTHENTICATED:
+            self.last_error = ConnectionLost("server revoked the session", self.close_code)
+            return False
+        return True
+
+    async def _reconnect(self) -> bool:
+        """Retry open+AUTH with backoff; False when closing or the token is refused."""
+        attempt = 0
+        while not self._closing:
+            delay = self.backoff.delay(attempt)
+            attempt += 1
+            logger.info("reconnecting in %.2f s (attempt %d)", delay, attempt)
+            await asyncio.sleep(delay)
+            try:
+                ws, auth_ok = await self._open_and_authenticate()
+            except AuthError as error:
+                if error.code == "unauthenticated" or error.close_code == CLOSE_UNAUTHENTICATED:
+                    logger.error("reconnect refused, giving up: %s", error)
+                    self.last_error = error
+                    return False
+                logger.warning("reconnect attempt %d failed: %s", attempt, error)
+            except Exception as error:
+                logger.warning("reconnect attempt %d failed: %r", attempt, error)
+            else:
+                if self._closing:
+                    await ws.close()
+                    return False
+                self._install(ws, auth_ok)
+                return True
+        return False
+
+    def _start_reconnect_hooks(self) -> None:
+        # A task of its own: hooks call request(), whose replies need this reader running.
+        task = asyncio.create_task(self._run_reconnect_hooks(), name="qimclient-on-reconnect")
+        self._hook_tasks.add(task)
+        task.add_done_callback(self._hook_tasks.discard)
+
+    async def _run_reconnect_hooks(self) -> None:
+        for hook in list(self.on_reconnect):
+            try:
+                await hook(self)
+            except Exception:
+                logger.exception("on_reconnect hook %r failed", hook)
+
+    # Internals: bookkeeping
+
+    def _require_socket(self) -> ClientConnection:
+        if self._ws is None or not self._connected.is_set():
+            state = "closed" if self._finished.is_set() or self._ws is None else "reconnecting"
+            raise ConnectionLost(f"not connected ({state})", self.close_code)
+        return self._ws
+
+    def _record_close(self, ws: ClientConnection) -> None:
+        if ws.close_code is not None:
+            self.close_code = ws.close_code
+            self.close_reason = ws.close_reason
+
+    def _fail_pending(self, error: ConnectionLost) -> None:
+        for waiter in self._pending.values():
+            if not waiter.done():
+                waiter.set_exception(error)
+        self._pending.clear()
+
+    def _note_invalid(self, message: str | bytes) -> None:
+        self.invalid_frames += 1
+        logger.warning("ignoring a frame that is not a JSON object: %.200r", message)
+
+
+def _code_of(closed: ConnectionClosed) -> int | None:
+    """The close code the peer sent, else ours (None if neither side sent one)."""
+    if closed.rcvd is not None:
+        return closed.rcvd.code
+    return closed.sent.code if closed.sent is not None else None

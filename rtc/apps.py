@@ -1,0 +1,7 @@
+"""RTC signalling relay and call lifecycle (design §5). Built by the RTC issue."""
+
+from django.apps import AppConfig
+
+
+class RtcConfig(AppConfig):
+    name = "rtc"
