@@ -67,6 +67,17 @@ class UsersView(APIView):
         return Response({"user_id": user.username}, status=status.HTTP_201_CREATED)
 
 
+class HealthView(APIView):
+    """Liveness for load balancers and test harnesses: answers without touching the database."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(responses={200: dict})
+    def get(self, request: Request) -> Response:
+        return Response({"status": "ok", "node_id": get_node().node_id})
+
+
 class NodeStatsView(APIView):
     """This node's connection counts and fan-out counters (no tenant data), for operators."""
 

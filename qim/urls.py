@@ -10,6 +10,7 @@ api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
     path("users", api.UsersView.as_view(), name="users"),
     path("node", api.NodeStatsView.as_view(), name="node-stats"),
+    path("health", api.HealthView.as_view(), name="health"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]

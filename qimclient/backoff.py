@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Backoff:
-    """Delay before reconnect attempt n: `min(maximum, initial * factor**n)`, minus up to `jitter` of it."""
+    """Delay before attempt n: `min(maximum, initial * factor**n)`, minus up to `jitter` of it."""
 
     initial: float = 0.2
     maximum: float = 10.0
@@ -18,6 +18,6 @@ class Backoff:
     random: Callable[[], float] = field(default=random.random, repr=False)
 
     def delay(self, attempt: int) -> float:
-        """Seconds to wait before attempt `attempt` (0-based); the exponent is clamped to avoid overflow."""
+        """Seconds to wait before attempt `attempt` (0-based); the exponent is clamped against overflow."""
         ceiling = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
         return ceiling * (1.0 - self.jitter * self.random())

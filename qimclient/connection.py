@@ -99,7 +99,11 @@ class QimClient:
         self._closing = False
         self._finished.clear()
         self.last_error = None
-        ws, auth_ok = await self._open_and_authenticate()
+        try:
+            ws, auth_ok = await self._open_and_authenticate()
+        except BaseException:
+            self._finished.set()
+            raise
         self._install(ws, auth_ok)
         self._supervisor = asyncio.create_task(self._supervise(), name="qimclient-reader")
         return auth_ok
@@ -132,12 +136,17 @@ class QimClient:
         return self._connected.is_set()
 
     @property
+    def is_closed(self) -> bool:
+        """True once closed for good: `close()` was called, or reconnecting gave up."""
+        return self._finished.is_set()
+
+    @property
     def user_id(self) -> str | None:
         """The authenticated user's id, from AUTH_OK."""
         return None if self.auth_ok is None else self.auth_ok.get("user_id")
 
     async def wait_connected(self, timeout: float | None = None) -> None:
-        """Wait until authenticated (e.g. after a drop); ConnectionLost if the client gave up or closed."""
+        """Wait until authenticated (e.g. after a drop); ConnectionLost once the client gave up or closed."""
         async with asyncio.timeout(timeout):
             while not self._connected.is_set():
                 if self._finished.is_set():
@@ -216,7 +225,7 @@ class QimClient:
         return self._pushes.drain()
 
     def on_push(self, frame_type: str, callback: PushCallback) -> Callable[[], None]:
-        """Call `callback(frame)` for each push of `frame_type` (`"*"`: all); returns an unregister function.
+        """Call `callback(frame)` for each push of `frame_type` (`"*"`: all); returns its remover.
 
         Pushes are queued as well, so `next_push()` still sees them. Async callbacks run as
         tasks and may call `request()`; a failing callback is logged.
@@ -310,9 +319,11 @@ class QimClient:
                 await self._read_frames(ws)
                 self._connected.clear()
                 self._record_close(ws)
-                self._fail_pending(ConnectionLost("connection lost", self.close_code))
+                reason = "client closed the connection" if self._closing else "connection lost"
+                self._fail_pending(ConnectionLost(reason, self.close_code))
                 if not self._should_reconnect():
                     return
+                logger.warning("connection lost (close code %s), reconnecting", self.close_code)
                 if not await self._reconnect():
                     return
                 self.reconnects += 1
@@ -375,9 +386,9 @@ class QimClient:
                     logger.error("reconnect refused, giving up: %s", error)
                     self.last_error = error
                     return False
-                logger.warning("reconnect attempt %d failed: %s", attempt, error)
+                logger.info("reconnect attempt %d failed: %s", attempt, error)
             except Exception as error:
-                logger.warning("reconnect attempt %d failed: %r", attempt, error)
+                logger.info("reconnect attempt %d failed: %r", attempt, error)
             else:
                 if self._closing:
                     await ws.close()

@@ -1,0 +1,40 @@
+# The two set-up commands of the README: `make run` and `make test`. Both start from nothing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+DEMO_TENANT ?= demo
+DEMO_PASSWORD ?= demo-password
+DAPHNE_LIMITS := --websocket-max-message-size 1048576 --websocket-max-frame-size 1048576
+
+.PHONY: run test deps services bench clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	touch $@
+
+deps: $(VENV)/.installed
+
+# Serve the embedded default (SQLite under var/, in-process channel layer) on :8000.
+run: deps
+	$(PY) manage.py migrate -v0
+	@$(PY) manage.py qim_bootstrap --tenant $(DEMO_TENANT) --admin admin --password $(DEMO_PASSWORD) \
+	  | tail -n 1 | sed 's/^/demo tenant (admin password $(DEMO_PASSWORD)): /'
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
+
+# Debian packages the suite starts for real: Redis and PostgreSQL.
+services:
+	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null)
+
+test: deps services
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: deps services
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,156 @@
+"""Fixtures: real daphne nodes on real SQLite, PostgreSQL and Redis, and personas on them."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from pytest_redis import factories
+
+from tests.harness.qim_process import (
+
+    QimDatabase,
+    QimNode,
+    last_json_line,
+    make_pg_template,
+    make_sqlite_template,
+    manage,
+    pg_database,
+    sqlite_database,
+)
+from tests.harness.personas import TenantHandle
+from tests.harness.services import PostgresServer
+
+
+redis_proc = factories.redis_proc(
+    executable=shutil.which("redis-server") or "/usr/bin/redis-server", port=None, db_count=64
+)
+_redis_db = itertools.count(1)
+_deployment_serial = itertools.count(1)
+
+TENANT_NAMES = ("acme", "globex")
+
+
+@dataclass
+class QimDeployment:
+    """Running nodes sharing one database (and Redis when there are several)."""
+
+    db: QimDatabase
+    nodes: list[QimNode]
+    env: dict[str, str]
+    tenants: dict[str, TenantHandle] = field(default_factory=dict)
+
+    @property
+    def node(self) -> QimNode:
+        return self.nodes[0]
+
+    def manage(self, *args: str) -> str:
+        return manage(self.env, *args)
+
+    def bootstrap(self, name: str) -> TenantHandle:
+        line = last_json_line(self.manage("qim_bootstrap", "--tenant", name, "--admin", "admin", "--password", "admin-pw"))
+        handle = TenantHandle(name=name, admin_token=line["token"], node=self.node)
+        self.tenants[name] = handle
+        return handle
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture(scope="session")
+def work_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("qim")
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(work_dir: Path) -> Path:
+    return make_sqlite_template(work_dir)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(postgres: PostgresServer) -> str:
+    return make_pg_template(postgres)
+
+
+def start_embedded(sqlite_template: Path, work_dir: Path, extra_env: dict[str, str] | None = None) -> QimDeployment:
+    serial = next(_deployment_serial)
+    db = sqlite_database(sqlite_template, work_dir, f"embedded{serial}")
+    env = {**db.env, "QIM_VAR_DIR": str(work_dir), **(extra_env or {})}
+    node = QimNode(node_id=f"embedded{serial}", env=env, log_dir=work_dir)
+    deployment = QimDeployment(db=db, nodes=[node], env=env)
+    node.start()
+    for name in TENANT_NAMES:
+        deployment.bootstrap(name)
+    return deployment
+
+
+def start_cluster(
+    postgres: PostgresServer,
+    pg_template: str,
+    redis_proc,  # type: ignore[no-untyped-def]
+    work_dir: Path,
+    nodes: int = 2,
+    extra_env: dict[str, str] | None = None,
+) -> QimDeployment:
+    serial = next(_deployment_serial)
+    db = pg_database(postgres, pg_template, f"qim_cluster{serial}")
+    redis_url = f"redis://{redis_proc.host}:{redis_proc.port}/{next(_redis_db)}"
+    env = {**db.env, "QIM_REDIS_URL": redis_url, "QIM_VAR_DIR": str(work_dir), **(extra_env or {})}
+    members = [
+        QimNode(node_id=f"c{serial}n{i}", env=env, log_dir=work_dir) for i in range(1, nodes + 1)
+    ]
+    deployment = QimDeployment(db=db, nodes=members, env=env)
+    for node in members:
+        node.start()
+    for name in TENANT_NAMES:
+        deployment.bootstrap(name)
+    return deployment
+
+
+@pytest.fixture(scope="module")
+def embedded(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:
+    """One node on the embedded default: SQLite, in-memory channel layer."""
+    deployment = start_embedded(sqlite_template, work_dir)
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres, pg_template, redis_proc, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+    """Two nodes sharing PostgreSQL and Redis, each with its own node id."""
+    deployment = start_cluster(postgres, pg_template, redis_proc, work_dir)
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture
+async def acme(embedded: QimDeployment) -> AsyncIterator[TenantHandle]:
+    handle = embedded.tenants["acme"]
+    yield handle
+    await handle.close_clients()
+
+
+@pytest.fixture
+async def globex(embedded: QimDeployment) -> AsyncIterator[TenantHandle]:
+    handle = embedded.tenants["globex"]
+    yield handle
+    await handle.close_clients()
+
+
+@pytest.fixture
+async def cluster_acme(cluster: QimDeployment) -> AsyncIterator[TenantHandle]:
+    handle = cluster.tenants["acme"]
+    yield handle
+    await handle.close_clients()

@@ -1,0 +1,99 @@
+"""A private PostgreSQL cluster for the test session, started for real.
+
+Redis comes from pytest-redis (`redis_proc`). PostgreSQL does not use pytest-postgresql:
+`initdb` and `pg_ctl` refuse to run as root (CI runs as root), and that plugin runs them as
+the current user in a root-only temp directory. This starts the cluster as the `postgres`
+system user instead when we are root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+def _pg_bin(name: str) -> str:
+    for candidate in sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True):
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found: install PostgreSQL (make test does)")
+    return found
+
+
+@dataclass
+class PostgresServer:
+    """One throwaway cluster on a free port, trust auth on loopback only."""
+
+    datadir: Path
+    port: int
+    user: str = "postgres"
+    process_owner: str | None = None
+
+    @classmethod
+    def start(cls) -> "PostgresServer":
+        owner = "postgres" if os.geteuid() == 0 else None
+        base = Path(tempfile.mkdtemp(prefix="qim-pg-"))
+        datadir = base / "data"
+        if owner:
+            shutil.chown(base, user=owner)
+            base.chmod(0o700)
+        server = cls(datadir=datadir, port=free_port(), process_owner=owner)
+        server._run(
+            [_pg_bin("initdb"), "-D", str(datadir), "-U", server.user, "-A", "trust", "-E", "UTF8", "--no-sync"]
+        )
+        options = (
+            f"-p {server.port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        server._run(
+            [_pg_bin("pg_ctl"), "-D", str(datadir), "-o", options, "-l", str(base / "log"), "-w", "start"]
+        )
+        wait_for_port("127.0.0.1", server.port)
+        return server
+
+    def _run(self, argv: list[str]) -> None:
+        if self.process_owner:
+            argv = ["runuser", "-u", self.process_owner, "--", *argv]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def url(self, dbname: str) -> str:
+        return f"postgres://{self.user}@127.0.0.1:{self.port}/{dbname}"
+
+    def psql(self, sql: str, dbname: str = "postgres") -> str:
+        out = subprocess.run(
+            ["psql", "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", self.url(dbname), "-c", sql],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return out.stdout.strip()
+
+    def stop(self) -> None:
+        try:
+            self._run([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "stop"])
+        finally:
+            shutil.rmtree(self.datadir.parent, ignore_errors=True)

@@ -1,0 +1,9 @@
+"""Settings for in-process tests: the product's settings with test-speed defaults."""
+
+import os
+
+# Hundreds of users per run: PBKDF2 at production strength would take minutes.
+os.environ.setdefault("QIM_PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5PasswordHasher")
+os.environ.setdefault("QIM_SECRET_KEY", "test-secret-key-not-for-production")
+
+from qim.settings import *  # noqa: E402,F401,F403
