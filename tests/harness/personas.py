@@ -22,7 +22,9 @@ class ApiFailure(AssertionError):
 
 
 def api(node: QimNode, method: str, path: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
-    headers = {"Authorization": f"Token {token}"} if token else {}
+    headers = dict(kwargs.pop("headers", {}))
+    if token:
+        headers["Authorization"] = f"Token {token}"
     return httpx.request(method, f"{node.http_url}/api/v1/{path}", headers=headers, timeout=30, **kwargs)
 
 
