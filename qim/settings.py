@@ -72,6 +72,12 @@ QIM_LIMITS: dict[str, int | float] = {
 }
 QIM_TURN_URLS = env.list("QIM_TURN_URLS", default=[])
 QIM_TURN_SECRET = env.str("QIM_TURN_SECRET", default="")
+# The offline push outbox (qim_push_worker): who sends, how often a task is tried, how long
+# a worker's claim on a task lasts before another worker may take it over.
+QIM_PUSH_SENDER = env.str("QIM_PUSH_SENDER", default="qim.push.senders.LogSender")
+QIM_PUSH_MAX_ATTEMPTS = env.int("QIM_PUSH_MAX_ATTEMPTS", default=8)
+QIM_PUSH_LEASE_S = env.float("QIM_PUSH_LEASE_S", default=30.0)
+QIM_PUSH_RETRY_BASE_S = env.float("QIM_PUSH_RETRY_BASE_S", default=2.0)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
 QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
 

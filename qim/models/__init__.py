@@ -1,5 +1,27 @@
-"""Core models: tenants and accounts now; conversations and the mailbox join them here."""
+"""Core models: tenants and accounts, conversations and their log, the mailbox and pushes."""
 
 from qim.models.accounts import Device, DeviceToken, Tenant, User, new_token_key
+from qim.models.conversations import (
+    Conversation,
+    MembershipInterval,
+    MessageRecord,
+    ReadCursor,
+    new_ulid,
+)
+from qim.models.mailbox import PushTask, UserBadgeState, UserMailboxEntry
 
-__all__ = ["Device", "DeviceToken", "Tenant", "User", "new_token_key"]
+__all__ = [
+    "Conversation",
+    "Device",
+    "DeviceToken",
+    "MembershipInterval",
+    "MessageRecord",
+    "PushTask",
+    "ReadCursor",
+    "Tenant",
+    "User",
+    "UserBadgeState",
+    "UserMailboxEntry",
+    "new_token_key",
+    "new_ulid",
+]

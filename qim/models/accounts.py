@@ -30,6 +30,10 @@ class User(models.Model):
     display_name = models.CharField(max_length=128, blank=True)
     password_hash = models.CharField(max_length=256)
     is_tenant_admin = models.BooleanField(default=False)
+    # The last mailbox_seq handed out to this user: allocated under this row's lock, inside the
+    # transaction that writes the entries, so mailbox order is commit order (never a gap a
+    # SYNC cursor could skip past).
+    mailbox_head = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -60,6 +64,10 @@ class Device(models.Model):
 
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="devices")
     device_id = models.CharField(max_length=64)
+    # Push credentials (POST devices/{device_id}/push); a device without them gets no PushTask.
+    push_platform = models.CharField(max_length=16, blank=True)
+    push_token = models.CharField(max_length=512, blank=True)
+    voip_token = models.CharField(max_length=512, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

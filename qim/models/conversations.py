@@ -1,0 +1,128 @@
+"""Conversations, membership intervals, the commit log (MessageRecord) and read cursors."""
+
+from __future__ import annotations
+
+from django.db import models
+from ulid import ULID
+
+from qim.models.accounts import Tenant, User
+
+
+def new_ulid() -> str:
+    return str(ULID())
+
+
+class Conversation(models.Model):
+    """A direct (unique per pair) or group conversation: the unit of conversation_seq."""
+
+    DIRECT = "direct"
+    GROUP = "group"
+    KINDS = [(DIRECT, "direct"), (GROUP, "group")]
+
+    id = models.CharField(max_length=26, primary_key=True, default=new_ulid)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="conversations")
+    kind = models.CharField(max_length=8, choices=KINDS)
+    title = models.CharField(max_length=200, blank=True)
+    e2ee = models.BooleanField(default=False)
+    # "<lower user pk>:<higher user pk>" for direct conversations: the pair's uniqueness.
+    direct_key = models.CharField(max_length=64, null=True, blank=True)
+    # The seq allocator: the next message takes last_seq + 1 under this row's lock.
+    last_seq = models.PositiveBigIntegerField(default=0)
+    # The list projection: the last affects_session_order message (anchor_target events never
+    # move it, design §2).
+    last_activity_seq = models.PositiveBigIntegerField(default=0)
+    last_activity_ms = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "direct_key"], name="direct_unique_per_pair",
+                condition=models.Q(direct_key__isnull=False),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.title or self.id}"
+
+
+class MembershipInterval(models.Model):
+    """One stretch of membership (ADR-0021): the user sees seqs joined_at < seq < left_at.
+
+    Initial members have joined_at = 0; a join at seq J opens joined_at = J - 1; a leave or
+    remove at J closes left_at = J. A rejoin opens a new row. left_at null means still a member.
+    """
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="intervals")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="intervals")
+    joined_at = models.PositiveBigIntegerField()
+    left_at = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["conversation", "left_at"]),
+            models.Index(fields=["user", "conversation"]),
+        ]
+
+    def covers(self, seq: int) -> bool:
+        return self.joined_at < seq and (self.left_at is None or seq < self.left_at)
+
+
+class MessageRecord(models.Model):
+    """A persistent message or control event of a conversation: the commit log's row.
+
+    The type's delivery flags are copied from the registry when the row is written, so unread
+    and ordering are plain SQL and a later registry edit does not rewrite the past.
+    """
+
+    MESSAGE = "message"
+    CONTROL = "control"
+    NORMAL, EDITED, RECALLED, DELETED = "normal", "edited", "recalled", "deleted"
+    STATES = [(s, s) for s in (NORMAL, EDITED, RECALLED, DELETED)]
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    conversation_seq = models.PositiveBigIntegerField()
+    message_id = models.CharField(max_length=26, unique=True, default=new_ulid)
+    kind = models.CharField(max_length=8, default=MESSAGE)
+    sender = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    sender_device_id = models.CharField(max_length=64, blank=True)
+    client_msg_id = models.CharField(max_length=64, null=True, blank=True)
+    content_type = models.CharField(max_length=128)
+    # Compact JSON text exactly as sent: the server never parses a payload (E2EE).
+    payload = models.TextField(null=True, blank=True)
+    sent_at_ms = models.BigIntegerField()
+    state = models.CharField(max_length=8, choices=STATES, default=NORMAL)
+    edited_at_ms = models.BigIntegerField(null=True, blank=True)
+    # Set when a recall/edit event for this row is in the log (design §2: log first, then this).
+    recall_event_conversation_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    # Control events that anchor on another row (recall, edit) name it here.
+    target_conversation_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    counts_unread = models.BooleanField(default=True)
+    affects_session_order = models.BooleanField(default=True)
+    timeline_visible = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "conversation_seq"], name="seq_unique_per_conversation"),
+            models.UniqueConstraint(
+                fields=["sender", "client_msg_id"], name="client_msg_id_unique_per_user",
+                condition=models.Q(client_msg_id__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}#{self.conversation_seq} {self.content_type}"
+
+
+class ReadCursor(models.Model):
+    """How far a user has read a conversation; only ever moves forward (design §2)."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="read_cursors")
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    read_conversation_seq = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "conversation"], name="one_cursor_per_user_conversation")
+        ]

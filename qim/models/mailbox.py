@@ -1,0 +1,72 @@
+"""The per-user mailbox (write diffusion), badges, and the offline push outbox."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from qim.models.accounts import Device, Tenant, User
+from qim.models.conversations import Conversation, MessageRecord
+
+
+class UserMailboxEntry(models.Model):
+    """One event in one user's mailbox, numbered by mailbox_seq; each device syncs by cursor.
+
+    Message entries point at their MessageRecord (rendered in its current state at read time);
+    mailbox-only control events (qim.read.v1) carry their body in `control`. An entry whose
+    origin_device_id is the reading device is never delivered to it.
+    """
+
+    MESSAGE = "message"
+    CONTROL = "control"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="mailbox")
+    mailbox_seq = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=8)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    message = models.ForeignKey(MessageRecord, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    control = models.JSONField(null=True, blank=True)
+    origin_device_id = models.CharField(max_length=64, null=True, blank=True)
+    created_at_ms = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "mailbox_seq"], name="mailbox_seq_unique_per_user")
+        ]
+        verbose_name_plural = "user mailbox entries"
+
+
+class UserBadgeState(models.Model):
+    """The badge number that message pushes carry: unread messages across conversations."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, primary_key=True, related_name="badge_state")
+    badge = models.PositiveIntegerField(default=0)
+    updated_at_ms = models.BigIntegerField(default=0)
+
+
+class PushTask(models.Model):
+    """The offline push outbox: one row per (offline device, counted message), drained by
+    `qim_push_worker`. Rows are never deleted by the worker: a sent task stays as `sent`, a
+    task out of attempts as `failed`, so nothing is lost silently."""
+
+    MESSAGE = "message"
+    VOIP = "voip"
+    PENDING, SENT, FAILED = "pending", "sent", "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="push_tasks")
+    kind = models.CharField(max_length=8, default=MESSAGE)
+    payload = models.JSONField()
+    state = models.CharField(max_length=8, default=PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    available_at_ms = models.BigIntegerField()
+    # A claim is a lease: a worker that dies mid-send loses it when claimed_until_ms passes.
+    claimed_by = models.CharField(max_length=64, blank=True)
+    claimed_until_ms = models.BigIntegerField(default=0)
+    created_at_ms = models.BigIntegerField()
+    sent_at_ms = models.BigIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "available_at_ms"])]
