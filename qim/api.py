@@ -1,4 +1,5 @@
-"""Core REST views: parse, call one action, answer (protocol.md §3)."""
+"""Core REST views: parse, call one action, answer (protocol.md §3). Refusals raised by
+actions (qim.errors.Refused) become `{code, message}` in qim.api_errors."""
 
 from __future__ import annotations
 
@@ -9,22 +10,33 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from qim.actions.accounts import AccountError, do_create_user, do_login
-from qim.api_errors import ApiError
+from qim.actions.accounts import do_create_user, do_login, do_set_push_credentials
+from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
 from qim.gateway.node import get_node
 from qim.permissions import IsTenantAdmin
+from qim.queries.conversations import access_conversation
 from qim.serializers import (
-    CreateUserResponseSerializer,
+    AddMembersSerializer,
+    ConversationIdSerializer,
+    ConversationSeqSerializer,
+    CreateConversationSerializer,
     CreateUserSerializer,
+    PushCredentialsSerializer,
     TokenRequestSerializer,
     TokenResponseSerializer,
+    UserIdSerializer,
 )
 
-_STATUS_BY_CODE = {"unauthenticated": 401, "conflict": 409, "forbidden": 403, "not_found": 404}
+
+def valid(serializer_class, request: Request) -> dict:  # type: ignore[no-untyped-def]
+    body = serializer_class(data=request.data)
+    body.is_valid(raise_exception=True)
+    return body.validated_data
 
 
-def api_error(exc: AccountError) -> ApiError:
-    return ApiError(exc.code, exc.message, _STATUS_BY_CODE.get(exc.code, 400))
+def device_of(request: Request) -> str:
+    """The device the calling token was issued for (REST calls act as that device)."""
+    return request.auth.device.device_id
 
 
 class AuthTokenView(APIView):
@@ -35,13 +47,8 @@ class AuthTokenView(APIView):
 
     @extend_schema(request=TokenRequestSerializer, responses=TokenResponseSerializer)
     def post(self, request: Request) -> Response:
-        body = TokenRequestSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        try:
-            token, user = do_login(data["tenant"], data["username"], data["password"], data["device_id"])
-        except AccountError as exc:
-            raise api_error(exc) from None
+        data = valid(TokenRequestSerializer, request)
+        token, user = do_login(data["tenant"], data["username"], data["password"], data["device_id"])
         return Response({"token": token, "user_id": user.username})
 
 
@@ -50,21 +57,60 @@ class UsersView(APIView):
 
     permission_classes = [IsTenantAdmin]
 
-    @extend_schema(request=CreateUserSerializer, responses={201: CreateUserResponseSerializer})
+    @extend_schema(request=CreateUserSerializer, responses={201: UserIdSerializer})
     def post(self, request: Request) -> Response:
-        body = CreateUserSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        try:
-            user = do_create_user(
-                request.user.tenant,
-                data["username"],
-                data["password"],
-                display_name=data.get("display_name", ""),
-            )
-        except AccountError as exc:
-            raise api_error(exc) from None
+        data = valid(CreateUserSerializer, request)
+        user = do_create_user(
+            request.user.tenant, data["username"], data["password"], display_name=data.get("display_name", "")
+        )
         return Response({"user_id": user.username}, status=status.HTTP_201_CREATED)
+
+
+class ConversationsView(APIView):
+    """Create a group, or find-or-create a direct conversation (200 when it existed)."""
+
+    @extend_schema(request=CreateConversationSerializer, responses={201: ConversationIdSerializer, 200: ConversationIdSerializer})
+    def post(self, request: Request) -> Response:
+        data = valid(CreateConversationSerializer, request)
+        conversation, created = do_create_conversation(
+            request.user, kind=data["kind"], title=data["title"],
+            member_user_ids=data["member_user_ids"], e2ee=data["e2ee"],
+        )
+        return Response(
+            {"conversation_id": conversation.pk},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class MembersView(APIView):
+    """Members add members; answers the seq of the qim.membership.v1 join event."""
+
+    @extend_schema(request=AddMembersSerializer, responses={201: ConversationSeqSerializer})
+    def post(self, request: Request, conversation_id: str) -> Response:
+        data = valid(AddMembersSerializer, request)
+        access_conversation(request.user.tenant_id, conversation_id)
+        seq = do_add_members(conversation_id, request.user, device_of(request), data["user_ids"])
+        return Response({"conversation_seq": seq}, status=status.HTTP_201_CREATED)
+
+
+class MemberView(APIView):
+    """Leave (yourself) or remove (a tenant admin); answers the event's seq."""
+
+    @extend_schema(responses={200: ConversationSeqSerializer})
+    def delete(self, request: Request, conversation_id: str, user_id: str) -> Response:
+        access_conversation(request.user.tenant_id, conversation_id)
+        seq = do_remove_member(conversation_id, request.user, device_of(request), user_id)
+        return Response({"conversation_seq": seq})
+
+
+class DevicePushView(APIView):
+    """Register the push credentials of one of the caller's own devices."""
+
+    @extend_schema(request=PushCredentialsSerializer, responses={200: dict})
+    def post(self, request: Request, device_id: str) -> Response:
+        data = valid(PushCredentialsSerializer, request)
+        do_set_push_credentials(request.user, device_id, data["platform"], data["push_token"], data["voip_token"])
+        return Response({"device_id": device_id, "platform": data["platform"]})
 
 
 class HealthView(APIView):

@@ -9,6 +9,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from qim.errors import Refused
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,6 +45,11 @@ def _message(detail) -> str:  # type: ignore[no-untyped-def]
 
 
 def exception_handler(exc, context):  # type: ignore[no-untyped-def]
+    if isinstance(exc, Refused):
+        body = {"code": exc.code, "message": exc.message}
+        if exc.retry_after_ms is not None:
+            body["retry_after_ms"] = exc.retry_after_ms
+        return Response(body, status=exc.http_status)
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-USERNAME_FIELD = dict(max_length=64, regex=r"^[A-Za-z0-9_.@-]+$")
+USER_ID = dict(max_length=64, regex=r"^[A-Za-z0-9_.@-]+$")
+DEVICE_ID = dict(max_length=64, regex=r"^[A-Za-z0-9_.:-]+$")
 
 
 class TokenRequestSerializer(serializers.Serializer):
     tenant = serializers.CharField(max_length=64)
     username = serializers.CharField(max_length=64)
     password = serializers.CharField(max_length=256, trim_whitespace=False)
-    device_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]+$", max_length=64)
+    device_id = serializers.RegexField(**DEVICE_ID)
 
 
 class TokenResponseSerializer(serializers.Serializer):
@@ -20,10 +21,35 @@ class TokenResponseSerializer(serializers.Serializer):
 
 
 class CreateUserSerializer(serializers.Serializer):
-    username = serializers.RegexField(**USERNAME_FIELD)
+    username = serializers.RegexField(**USER_ID)
     password = serializers.CharField(min_length=1, max_length=256, trim_whitespace=False)
     display_name = serializers.CharField(max_length=128, required=False, allow_blank=True)
 
 
-class CreateUserResponseSerializer(serializers.Serializer):
+class UserIdSerializer(serializers.Serializer):
     user_id = serializers.CharField()
+
+
+class CreateConversationSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["group", "direct"])
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    member_user_ids = serializers.ListField(child=serializers.CharField(max_length=64), max_length=1000)
+    e2ee = serializers.BooleanField(required=False, default=False)
+
+
+class ConversationIdSerializer(serializers.Serializer):
+    conversation_id = serializers.CharField()
+
+
+class AddMembersSerializer(serializers.Serializer):
+    user_ids = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1, max_length=1000)
+
+
+class ConversationSeqSerializer(serializers.Serializer):
+    conversation_seq = serializers.IntegerField()
+
+
+class PushCredentialsSerializer(serializers.Serializer):
+    platform = serializers.ChoiceField(choices=["ios", "android"])
+    push_token = serializers.CharField(max_length=512)
+    voip_token = serializers.CharField(max_length=512, required=False, allow_blank=True, default="")

@@ -9,6 +9,14 @@ from qim import api
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
     path("users", api.UsersView.as_view(), name="users"),
+    path("conversations", api.ConversationsView.as_view(), name="conversations"),
+    path("conversations/<str:conversation_id>/members", api.MembersView.as_view(), name="members"),
+    path(
+        "conversations/<str:conversation_id>/members/<str:user_id>",
+        api.MemberView.as_view(),
+        name="member",
+    ),
+    path("devices/<str:device_id>/push", api.DevicePushView.as_view(), name="device-push"),
     path("node", api.NodeStatsView.as_view(), name="node-stats"),
     path("health", api.HealthView.as_view(), name="health"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -7,16 +7,8 @@ from dataclasses import dataclass
 from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, transaction
 
+from qim.errors import Refused
 from qim.models import Device, DeviceToken, Tenant, User, new_token_key
-
-
-class AccountError(Exception):
-    """A refused account write; `code` is the API's error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ def do_create_user(
     display_name: str = "",
     is_tenant_admin: bool = False,
 ) -> User:
-    """Create one user; raises AccountError("conflict") when the username is taken."""
+    """Create one user; raises Refused("conflict") when the username is taken."""
     user = User(
         tenant=tenant,
         username=username,
@@ -67,7 +59,7 @@ def do_create_user(
         with transaction.atomic():
             user.save()
     except IntegrityError:
-        raise AccountError("conflict", f"user {username!r} already exists") from None
+        raise Refused("conflict", f"user {username!r} already exists") from None
     return user
 
 
@@ -84,14 +76,14 @@ def do_issue_token(user: User, device_id: str) -> str:
 
 
 def do_login(tenant_name: str, username: str, password: str, device_id: str) -> tuple[str, User]:
-    """Check a password and answer the device's token; AccountError("unauthenticated") else."""
+    """Check a password and answer the device's token; Refused("unauthenticated") else."""
     user = (
         User.objects.select_related("tenant")
         .filter(tenant__name=tenant_name, username=username)
         .first()
     )
     if user is None or not user.check_password(password):
-        raise AccountError("unauthenticated", "unknown tenant, username or password")
+        raise Refused("unauthenticated", "unknown tenant, username or password")
     return do_issue_token(user, device_id), user
 
 
@@ -134,3 +126,13 @@ def do_populate_users(
         ).values_list("device__user__username", "key")
     )
     return {u: tokens[u] for u in usernames}
+
+
+def do_set_push_credentials(user: User, device_id: str, platform: str, push_token: str, voip_token: str) -> Device:
+    """Store a device's push credentials; `not_found` for a device the user never logged in."""
+    device = Device.objects.filter(user=user, device_id=device_id).first()
+    if device is None:
+        raise Refused("not_found", f"no device {device_id!r} of yours")
+    device.push_platform, device.push_token, device.voip_token = platform, push_token, voip_token
+    device.save(update_fields=["push_platform", "push_token", "voip_token"])
+    return device

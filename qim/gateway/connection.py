@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's key for a user
 
@@ -19,6 +20,8 @@ class Connection:
     is_tenant_admin: bool
     client_version: str
     send_text: Callable[[str], Awaitable[None]]
+    # The qim.models.User row, read once at AUTH, for actions that take a user.
+    user: Any = None
     # Users whose PRESENCE this connection subscribed to.
     presence_watch: set[str] = field(default_factory=set)
     rooms: set[str] = field(default_factory=set)

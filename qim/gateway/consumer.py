@@ -18,7 +18,8 @@ from qim.db import in_db_thread
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import route_for
-from qim.gateway.errors import FrameError, error_frame
+from qim.errors import Refused
+from qim.gateway.errors import error_frame, refusal_frame
 from qim.gateway.node import get_node
 from qim.queries import identity_for_token
 
@@ -131,8 +132,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             reply = await route.handler(self.conn, frame)
         except msgspec.ValidationError as exc:
             reply = error_frame("bad_frame", f"{frame_type}: {exc}", req_id)
-        except FrameError as exc:
-            reply = exc.frame(req_id)
+        except Refused as exc:
+            reply = refusal_frame(exc, req_id)
         except Exception:
             logger.exception("handler for %s failed", frame_type)
             reply = error_frame("internal", "the server failed to handle this frame", req_id)
@@ -171,6 +172,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             is_tenant_admin=identity.is_tenant_admin,
             client_version=frame.client_version,
             send_text=self.send_text,
+            user=identity.user,
         )
         await node.register(self.conn)
         reply = {

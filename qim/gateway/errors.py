@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from qim.errors import Refused
+
+# Handlers raise qim.errors.Refused; FrameError is its name at the gateway.
+FrameError = Refused
+
 ERROR_CODES = frozenset(
     {
         "bad_frame",
@@ -22,19 +27,10 @@ ERROR_CODES = frozenset(
 )
 
 
-class FrameError(Exception):
-    """Raised by a frame handler to refuse a request; the gateway answers ERROR and the
-    connection stays up. A refused request must leave no side effect."""
-
-    def __init__(self, code: str, message: str, *, retry_after_ms: int | None = None) -> None:
-        assert code in ERROR_CODES, code
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.retry_after_ms = retry_after_ms
-
-    def frame(self, req_id: str | None) -> dict[str, Any]:
-        return error_frame(self.code, self.message, req_id, retry_after_ms=self.retry_after_ms)
+def refusal_frame(refused: Refused, req_id: str | None) -> dict[str, Any]:
+    """The ERROR frame of a refusal; codes outside the protocol's list become bad_frame."""
+    code = refused.code if refused.code in ERROR_CODES else "bad_frame"
+    return error_frame(code, refused.message, req_id, retry_after_ms=refused.retry_after_ms)
 
 
 def error_frame(

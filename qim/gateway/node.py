@@ -14,7 +14,7 @@ import logging
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
@@ -29,6 +29,9 @@ from qim.gateway.presence import (
     PresenceDirectory,
     RedisPresenceDirectory,
 )
+
+if TYPE_CHECKING:
+    from qim.notify import UserPush
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ class ConnectionNode:
         while True:
             await asyncio.sleep(period)
             try:
-                await self.directory.heartbeat(self.node_id, list(self._by_user), list(self._watchers))
+                await self.directory.heartbeat(self.node_id, self.local_devices(), list(self._watchers))
             except Exception:
                 logger.exception("presence heartbeat failed")
 
@@ -107,10 +110,10 @@ class ConnectionNode:
         first_here = not local
         local.add(conn)
         self.counters["connections_opened"] += 1
-        if not first_here:
-            return
-        elsewhere = await self.directory.nodes_of(conn.tenant_id, [conn.user_id])
-        await self.directory.add(self.node_id, conn.user_key)
+        elsewhere = (
+            await self.directory.nodes_of(conn.tenant_id, [conn.user_id]) if first_here else True
+        )
+        await self.directory.add(self.node_id, conn.user_key, conn.device_id)
         if not elsewhere:
             await self.notify_presence(conn.user_key, online=True)
 
@@ -125,16 +128,21 @@ class ConnectionNode:
         if local is None:
             return
         local.discard(conn)
+        device_gone = not any(c.device_id == conn.device_id for c in local)
+        if device_gone:
+            await self.directory.remove(self.node_id, conn.user_key, conn.device_id, user_gone=not local)
         if local:
             return
         del self._by_user[conn.user_key]
-        await self.directory.remove(self.node_id, conn.user_key)
         still_online = await self.directory.online(conn.tenant_id, [conn.user_id])
         if not still_online[conn.user_id]:
             await self.notify_presence(conn.user_key, online=False)
 
     def local_connections_of(self, user: UserKey) -> set[Connection]:
         return self._by_user.get(user, set())
+
+    def local_devices(self) -> dict[UserKey, set[str]]:
+        return {user: {c.device_id for c in conns} for user, conns in self._by_user.items()}
 
     # --- presence subscriptions ------------------------------------------------------------
 
@@ -167,24 +175,21 @@ class ConnectionNode:
 
     # --- fan-out -------------------------------------------------------------------
 
-    async def send_to_users(
-        self,
-        tenant_id: int,
-        user_ids: Iterable[str],
-        text: str,
-        *,
-        exclude_device: tuple[str, str] | None = None,
-    ) -> int:
-        """Deliver `text` to every connection of `user_ids`, one batch per node that has any.
+    async def send_to_users(self, push: "UserPush") -> int:
+        """Deliver a push to every connection of its users, one batch per node that has any.
 
-        `exclude_device` = (user_id, device_id) skips that one device (an event's origin).
         Answers how many nodes were sent a batch; nodes without recipients get nothing.
         """
-        grouped = await self.directory.nodes_of(tenant_id, user_ids)
+        grouped = await self.directory.nodes_of(push.tenant_id, push.user_ids)
         for node_id, users in grouped.items():
-            batch: dict[str, Any] = {"tenant": tenant_id, "users": users, "text": text}
-            if exclude_device is not None:
-                batch["exclude"] = list(exclude_device)
+            batch: dict[str, Any] = {"tenant": push.tenant_id, "users": users}
+            if push.text is not None:
+                batch["text"] = push.text
+            else:
+                batch["head"], batch["tail"] = push.head, push.tail
+                batch["per_user"] = {u: push.per_user[u] for u in users}
+            if push.exclude_device is not None:
+                batch["exclude"] = list(push.exclude_device)
             await self.send_batch(node_id, batch)
         return len(grouped)
 
@@ -215,11 +220,17 @@ class ConnectionNode:
         return targets
 
     async def deliver_local(self, batch: dict[str, Any]) -> None:
-        """Write a batch's text, as it is, to each local target socket."""
-        text = batch["text"]
+        """Write a batch's text (the same string for all, or head + per-user part + tail) to
+        each local target socket."""
+        text = batch.get("text")
+        per_user = batch.get("per_user")
         for conn in self._targets(batch):
+            if text is None:
+                frame = batch["head"] + per_user[conn.user_id] + batch["tail"]
+            else:
+                frame = text
             try:
-                await conn.send_text(text)
+                await conn.send_text(frame)
                 self.counters["frames_written"] += 1
             except Exception:
                 logger.exception("writing to connection %s failed", conn.connection_id)

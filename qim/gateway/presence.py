@@ -19,11 +19,14 @@ from qim.gateway.connection import UserKey
 class PresenceDirectory(Protocol):
     """Where users are online, and which nodes watch whose presence."""
 
-    async def add(self, node_id: str, user: UserKey) -> None:
-        """This node now holds at least one connection of `user`."""
+    async def add(self, node_id: str, user: UserKey, device_id: str) -> None:
+        """This node now holds at least one connection of `user` from `device_id`."""
 
-    async def remove(self, node_id: str, user: UserKey) -> None:
-        """This node holds no connection of `user` any more."""
+    async def remove(self, node_id: str, user: UserKey, device_id: str, *, user_gone: bool) -> None:
+        """This node holds no connection of that device any more (`user_gone`: nor of the user)."""
+
+    async def online_devices(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, set[str]]:
+        """user id -> device ids connected anywhere (offline users absent); decides PushTasks."""
 
     async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
         """node id -> those of `user_ids` with a connection there (offline users absent)."""
@@ -41,7 +44,7 @@ class PresenceDirectory(Protocol):
         """Nodes with a connection subscribed to `watched`'s presence."""
 
     async def heartbeat(
-        self, node_id: str, users: Iterable[UserKey], watched: Iterable[UserKey]
+        self, node_id: str, devices: dict[UserKey, set[str]], watched: Iterable[UserKey]
     ) -> None:
         """Renew this node's entries; a node that stops calling this fades out."""
 
@@ -51,17 +54,32 @@ class MemoryPresenceDirectory:
 
     def __init__(self) -> None:
         self._nodes_by_user: dict[UserKey, set[str]] = defaultdict(set)
+        self._devices: dict[UserKey, set[tuple[str, str]]] = defaultdict(set)
         self._watchers: dict[UserKey, set[str]] = defaultdict(set)
 
-    async def add(self, node_id: str, user: UserKey) -> None:
+    async def add(self, node_id: str, user: UserKey, device_id: str) -> None:
         self._nodes_by_user[user].add(node_id)
+        self._devices[user].add((node_id, device_id))
 
-    async def remove(self, node_id: str, user: UserKey) -> None:
+    async def remove(self, node_id: str, user: UserKey, device_id: str, *, user_gone: bool) -> None:
+        devices = self._devices.get(user)
+        if devices is not None:
+            devices.discard((node_id, device_id))
+            if not devices:
+                del self._devices[user]
         nodes = self._nodes_by_user.get(user)
-        if nodes is not None:
+        if user_gone and nodes is not None:
             nodes.discard(node_id)
             if not nodes:
                 del self._nodes_by_user[user]
+
+    async def online_devices(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, set[str]]:
+        found = {}
+        for user_id in user_ids:
+            devices = self._devices.get((tenant_id, user_id))
+            if devices:
+                found[user_id] = {device for _, device in devices}
+        return found
 
     async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
         grouped: dict[str, list[str]] = defaultdict(list)
@@ -87,7 +105,7 @@ class MemoryPresenceDirectory:
         return sorted(self._watchers.get(watched, ()))
 
     async def heartbeat(
-        self, node_id: str, users: Iterable[UserKey], watched: Iterable[UserKey]
+        self, node_id: str, devices: dict[UserKey, set[str]], watched: Iterable[UserKey]
     ) -> None:
         return None
 
@@ -105,6 +123,7 @@ class RedisPresenceDirectory:
     """
 
     USERS = "qim:presence:user:"
+    DEVICES = "qim:presence:device:"  # members "<node_id>|<device_id>"
     WATCHERS = "qim:presence:watch:"
 
     def __init__(self, redis_factory, ttl_s: float) -> None:  # type: ignore[no-untyped-def]
@@ -123,11 +142,25 @@ class RedisPresenceDirectory:
             pipe.pexpire(key, self._ttl_ms)
             await pipe.execute()
 
-    async def add(self, node_id: str, user: UserKey) -> None:
+    async def add(self, node_id: str, user: UserKey, device_id: str) -> None:
+        await self._set_member(_user_key(self.DEVICES, user), f"{node_id}|{device_id}")
         await self._set_member(_user_key(self.USERS, user), node_id)
 
-    async def remove(self, node_id: str, user: UserKey) -> None:
-        await self._redis().zrem(_user_key(self.USERS, user), node_id)
+    async def remove(self, node_id: str, user: UserKey, device_id: str, *, user_gone: bool) -> None:
+        async with self._redis().pipeline(transaction=False) as pipe:
+            pipe.zrem(_user_key(self.DEVICES, user), f"{node_id}|{device_id}")
+            if user_gone:
+                pipe.zrem(_user_key(self.USERS, user), node_id)
+            await pipe.execute()
+
+    async def online_devices(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, set[str]]:
+        user_ids = list(user_ids)
+        keys = [_user_key(self.DEVICES, (tenant_id, u)) for u in user_ids]
+        found = {}
+        for user_id, members in zip(user_ids, await self._live_members(keys)):
+            if members:
+                found[user_id] = {member.split("|", 1)[1] for member in members}
+        return found
 
     async def _live_members(self, keys: list[str]) -> list[list[str]]:
         if not keys:
@@ -163,13 +196,19 @@ class RedisPresenceDirectory:
         return sorted(nodes)
 
     async def heartbeat(
-        self, node_id: str, users: Iterable[UserKey], watched: Iterable[UserKey]
+        self, node_id: str, devices: dict[UserKey, set[str]], watched: Iterable[UserKey]
     ) -> None:
         expiry = self._expiry()
         async with self._redis().pipeline(transaction=False) as pipe:
-            for prefix, keys in ((self.USERS, users), (self.WATCHERS, watched)):
-                for user in keys:
-                    key = _user_key(prefix, user)
-                    pipe.zadd(key, {node_id: expiry})
-                    pipe.pexpire(key, self._ttl_ms)
+            for user, device_ids in devices.items():
+                self._renew(pipe, _user_key(self.USERS, user), {node_id: expiry})
+                members = {f"{node_id}|{device}": expiry for device in device_ids}
+                self._renew(pipe, _user_key(self.DEVICES, user), members)
+            for user in watched:
+                self._renew(pipe, _user_key(self.WATCHERS, user), {node_id: expiry})
             await pipe.execute()
+
+    def _renew(self, pipe, key: str, members: dict[str, int]) -> None:  # type: ignore[no-untyped-def]
+        if members:
+            pipe.zadd(key, members)
+            pipe.pexpire(key, self._ttl_ms)

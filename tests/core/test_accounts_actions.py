@@ -8,13 +8,13 @@ import pytest
 from django.core.management import call_command
 
 from qim.actions.accounts import (
-    AccountError,
     do_bootstrap_tenant,
     do_create_user,
     do_issue_token,
     do_login,
     do_populate_users,
 )
+from qim.errors import Refused
 from qim.models import Device, DeviceToken, Tenant, User
 from qim.queries import identity_for_token
 
@@ -30,7 +30,7 @@ def test_bootstrap_is_idempotent() -> None:
     assert Tenant.objects.count() == 1 and User.objects.count() == 1
     assert second.admin.is_tenant_admin
     assert do_login("acme", "admin", "pw2", "d")[1].pk == first.admin.pk
-    with pytest.raises(AccountError):
+    with pytest.raises(Refused):
         do_login("acme", "admin", "pw1", "d")
 
 
@@ -56,7 +56,7 @@ def test_usernames_are_unique_per_tenant_only() -> None:
     acme, globex = Tenant.objects.create(name="acme"), Tenant.objects.create(name="globex")
     do_create_user(acme, "admin", "pw")
     do_create_user(globex, "admin", "pw")
-    with pytest.raises(AccountError) as refused:
+    with pytest.raises(Refused) as refused:
         do_create_user(acme, "admin", "other")
     assert refused.value.code == "conflict"
 

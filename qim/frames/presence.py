@@ -1,4 +1,4 @@
-"""Core WebSocket frame handlers: presence subscriptions and ping."""
+"""Presence subscriptions and ping."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Reads of the core app, and `access_*` helpers that fetch, authorize and hide other tenants."""
+"""Who a token speaks for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from qim.models import DeviceToken
 
@@ -18,6 +19,7 @@ class Identity:
     device_id: str
     is_tenant_admin: bool
     registry_version: int
+    user: Any
 
 
 def identity_for_token(key: str, device_id: str | None) -> Identity | None:
@@ -39,4 +41,5 @@ def identity_for_token(key: str, device_id: str | None) -> Identity | None:
         device_id=device.device_id,
         is_tenant_admin=user.is_tenant_admin,
         registry_version=user.tenant.registry_version,
+        user=user,
     )

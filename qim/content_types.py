@@ -1,0 +1,65 @@
+"""What a content type means for delivery: the policy SEND and the projections obey.
+
+`text` and the `qim.*` control types are built in. The registry issue adds the per-tenant
+CustomMessageType rows behind `policy_for`; everything else asks this module, so there is
+one place that decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qim.conf import limit
+
+PERSISTENT, EPHEMERAL, EPHEMERAL_AGGREGATE = "persistent", "ephemeral", "ephemeral_aggregate"
+OWN_SEQ, ANCHOR_TARGET, NONE = "own_seq", "anchor_target", "none"
+
+TEXT = "text"
+MEMBERSHIP = "qim.membership.v1"
+GENERIC_PLACEHOLDER = "[message]"
+
+
+@dataclass(frozen=True)
+class TypePolicy:
+    content_type: str
+    delivery_class: str
+    counts_unread: bool
+    affects_session_order: bool
+    timeline_visible: bool
+    anchor_mode: str
+    preview_template: str
+    max_payload_bytes: int
+
+
+def _builtin(content_type: str, **fields) -> TypePolicy:  # type: ignore[no-untyped-def]
+    defaults = dict(
+        delivery_class=PERSISTENT, counts_unread=True, affects_session_order=True,
+        timeline_visible=True, anchor_mode=OWN_SEQ, preview_template=GENERIC_PLACEHOLDER,
+    )
+    defaults.update(fields)
+    return TypePolicy(content_type=content_type, max_payload_bytes=0, **defaults)
+
+
+BUILTIN_POLICIES = {
+    TEXT: _builtin(TEXT, preview_template="{text}"),
+    # Membership events are timeline rows ("alice joined") that neither count nor reorder.
+    MEMBERSHIP: _builtin(
+        MEMBERSHIP, counts_unread=False, affects_session_order=False,
+        preview_template="[membership changed]",
+    ),
+}
+
+# Types a client may SEND itself; the other built-ins are written by the server only.
+SENDABLE_BUILTINS = frozenset({TEXT})
+
+
+def policy_for(tenant_id: int, content_type: str) -> TypePolicy | None:
+    """The policy of a sendable type, or None when the tenant has no such (enabled) type."""
+    if content_type not in SENDABLE_BUILTINS:
+        return None
+    policy = BUILTIN_POLICIES[content_type]
+    return TypePolicy(**{**policy.__dict__, "max_payload_bytes": int(limit("max_custom_payload_bytes"))})
+
+
+def builtin_policy(content_type: str) -> TypePolicy:
+    return BUILTIN_POLICIES[content_type]

@@ -1,0 +1,148 @@
+"""SEND, SYNC, HISTORY, CONVERSATIONS and TYPING (protocol.md §5)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from qim.actions.messages import do_send_message
+from qim.conf import limit
+from qim.content_types import PERSISTENT, TEXT, policy_for
+from qim.db import in_db_thread
+from qim.errors import Refused
+from qim.gateway import codec
+from qim.gateway.connection import Connection
+from qim.gateway.dispatch import frame_handler
+from qim.gateway.node import get_node
+from qim.notify import UserPush
+from qim.queries.conversations import (
+    access_conversation,
+    access_member_intervals,
+    conversation_list,
+    current_members,
+    history,
+    require_current_member,
+)
+from qim.queries.mailbox import sync_page
+from qim.ratelimit import check_rate
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+Seq = Annotated[int, msgspec.Meta(ge=0)]
+Limit = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class Send(msgspec.Struct):
+    conversation_id: Id
+    client_msg_id: Id
+    content_type: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    payload: Any
+    req_id: str | None = None
+    type: str = "SEND"
+
+
+class Sync(msgspec.Struct):
+    after_mailbox_seq: Seq = 0
+    limit: Limit | None = None
+    req_id: str | None = None
+    type: str = "SYNC"
+
+
+class History(msgspec.Struct):
+    conversation_id: Id
+    before_seq: Seq | None = None
+    after_seq: Seq | None = None
+    limit: Limit | None = None
+    req_id: str | None = None
+    type: str = "HISTORY"
+
+
+class Conversations(msgspec.Struct):
+    req_id: str | None = None
+    type: str = "CONVERSATIONS"
+
+
+class Typing(msgspec.Struct):
+    conversation_id: Id
+    state: Literal["start", "stop"]
+    req_id: str | None = None
+    type: str = "TYPING"
+
+
+def check_payload(content_type: str, payload: Any, max_bytes: int) -> str:
+    """The payload's compact JSON, measured in UTF-8 bytes; the server never looks inside
+    except for the built-in `text` shape."""
+    payload_json = codec.encode(payload)
+    size = len(payload_json.encode())
+    if size > max_bytes:
+        raise Refused("too_large", f"payload is {size} bytes; {content_type} allows {max_bytes}")
+    if content_type == TEXT:
+        if not (isinstance(payload, dict) and isinstance(payload.get("text"), str)):
+            raise Refused("bad_frame", 'a text payload is {"text": "..."}')
+    return payload_json
+
+
+@frame_handler("SEND", Send)
+async def handle_send(conn: Connection, frame: Send) -> dict:
+    policy = policy_for(conn.tenant_id, frame.content_type)
+    if policy is None:
+        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r}")
+    payload_json = check_payload(frame.content_type, frame.payload, policy.max_payload_bytes)
+    if policy.delivery_class != PERSISTENT:
+        raise Refused("unknown_custom_type", f"{frame.content_type} is not sent with SEND")
+    await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
+
+    def send() -> dict:
+        access_conversation(conn.tenant_id, frame.conversation_id)
+        ack = do_send_message(conn.user, conn.device_id, frame.conversation_id, frame.client_msg_id, policy, payload_json)
+        return ack.frame()
+
+    return await in_db_thread(send)()
+
+
+@frame_handler("SYNC", Sync)
+async def handle_sync(conn: Connection, frame: Sync) -> dict:
+    page = await in_db_thread(sync_page)(conn.user_pk, conn.device_id, frame.after_mailbox_seq, frame.limit)
+    return {
+        "type": "SYNC_BATCH",
+        "events": page.events,
+        "next_mailbox_seq": page.next_mailbox_seq,
+        "has_more": page.has_more,
+    }
+
+
+@frame_handler("HISTORY", History)
+async def handle_history(conn: Connection, frame: History) -> dict:
+    def read() -> list[dict]:
+        conversation = access_conversation(conn.tenant_id, frame.conversation_id)
+        intervals = access_member_intervals(conversation, conn.user_pk)
+        return history(
+            conversation, intervals, before_seq=frame.before_seq, after_seq=frame.after_seq, limit=frame.limit
+        )
+
+    messages = await in_db_thread(read)()
+    return {"type": "HISTORY_BATCH", "conversation_id": frame.conversation_id, "messages": messages}
+
+
+@frame_handler("CONVERSATIONS", Conversations)
+async def handle_conversations(conn: Connection, frame: Conversations) -> dict:
+    items, badge = await in_db_thread(conversation_list)(conn.user)
+    return {"type": "CONVERSATION_LIST", "items": [item.frame() for item in items], "badge": badge}
+
+
+@frame_handler("TYPING", Typing)
+async def handle_typing(conn: Connection, frame: Typing) -> dict | None:
+    """Relayed to the other members online now; nothing is stored. No reply unless refused
+    (or asked for with a req_id)."""
+
+    def others() -> list[str]:
+        conversation = access_conversation(conn.tenant_id, frame.conversation_id)
+        require_current_member(conversation, conn.user_pk)
+        return [u for u in current_members(conversation.pk).values() if u != conn.user_id]
+
+    recipients = await in_db_thread(others)()
+    text = codec.encode(
+        {"type": "TYPING", "conversation_id": frame.conversation_id, "user_id": conn.user_id, "state": frame.state}
+    )
+    await get_node().send_to_users(UserPush(tenant_id=conn.tenant_id, user_ids=recipients, text=text))
+    return {"type": "ACK"} if frame.req_id is not None else None

@@ -1,0 +1,171 @@
+"""Reads of conversations, clipped to the reader's membership intervals (ADR-0021)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q
+
+from qim.errors import Refused
+from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User
+from qim.render import message_object
+
+HISTORY_DEFAULT_LIMIT = 50
+HISTORY_MAX_LIMIT = 200
+
+
+def access_conversation(tenant_id: int, conversation_id: str) -> Conversation:
+    """The conversation if it is this tenant's; `not_found` for anything else (§3: another
+    tenant's ids answer as if they did not exist)."""
+    conversation = Conversation.objects.filter(pk=conversation_id, tenant_id=tenant_id).first()
+    if conversation is None:
+        raise Refused("not_found", "no such conversation")
+    return conversation
+
+
+def intervals_of(conversation_id: str, user_pk: int) -> list[MembershipInterval]:
+    return list(
+        MembershipInterval.objects.filter(conversation_id=conversation_id, user_id=user_pk).order_by("joined_at")
+    )
+
+
+def access_member_intervals(conversation: Conversation, user_pk: int) -> list[MembershipInterval]:
+    """The reader's intervals; `forbidden` for someone who never was a member."""
+    intervals = intervals_of(conversation.pk, user_pk)
+    if not intervals:
+        raise Refused("forbidden", "you are not a member of this conversation")
+    return intervals
+
+
+def require_current_member(conversation: Conversation, user_pk: int) -> None:
+    if not MembershipInterval.objects.filter(
+        conversation_id=conversation.pk, user_id=user_pk, left_at__isnull=True
+    ).exists():
+        raise Refused("forbidden", "you are not a member of this conversation")
+
+
+def current_members(conversation_id: str) -> dict[int, str]:
+    """user pk -> user id of everyone who is a member now."""
+    return dict(
+        MembershipInterval.objects.filter(conversation_id=conversation_id, left_at__isnull=True)
+        .values_list("user_id", "user__username")
+    )
+
+
+def visible_seqs(intervals: list[MembershipInterval], field: str = "conversation_seq") -> Q:
+    """Rows whose seq lies inside any interval: joined_at < seq < left_at."""
+    clause = Q(pk__in=[])
+    for interval in intervals:
+        part = Q(**{f"{field}__gt": interval.joined_at})
+        if interval.left_at is not None:
+            part &= Q(**{f"{field}__lt": interval.left_at})
+        clause |= part
+    return clause
+
+
+def visible_head(conversation: Conversation, intervals: list[MembershipInterval]) -> int:
+    """The last seq the reader can see: the conversation's head, or their leave point - 1."""
+    last = intervals[-1]
+    if last.left_at is None:
+        return conversation.last_seq
+    return min(conversation.last_seq, last.left_at - 1)
+
+
+def history(
+    conversation: Conversation,
+    intervals: list[MembershipInterval],
+    *,
+    before_seq: int | None,
+    after_seq: int | None,
+    limit: int | None,
+) -> list[dict[str, Any]]:
+    """Timeline rows ascending by seq; before/after are exclusive. Without `after_seq` the
+    page is the newest `limit` rows before `before_seq` (or the head)."""
+    limit = min(max(1, limit or HISTORY_DEFAULT_LIMIT), HISTORY_MAX_LIMIT)
+    rows = MessageRecord.objects.filter(
+        visible_seqs(intervals), conversation=conversation, timeline_visible=True
+    ).select_related("sender")
+    if before_seq is not None:
+        rows = rows.filter(conversation_seq__lt=before_seq)
+    if after_seq is not None:
+        page = list(rows.filter(conversation_seq__gt=after_seq).order_by("conversation_seq")[:limit])
+    else:
+        page = list(rows.order_by("-conversation_seq")[:limit])[::-1]
+    return [message_object(record, conversation) for record in page]
+
+
+def read_position(conversation_id: str, user_pk: int) -> int:
+    cursor = ReadCursor.objects.filter(conversation_id=conversation_id, user_id=user_pk).first()
+    return cursor.read_conversation_seq if cursor else 0
+
+
+def unread_count(conversation: Conversation, user_pk: int, intervals: list[MembershipInterval]) -> int:
+    """Definitional unread: counted types after the read cursor, inside the intervals, not the
+    reader's own, not recalled or deleted (design, Substrate)."""
+    return (
+        MessageRecord.objects.filter(
+            visible_seqs(intervals),
+            conversation=conversation,
+            counts_unread=True,
+            conversation_seq__gt=read_position(conversation.pk, user_pk),
+            state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
+        )
+        .exclude(sender_id=user_pk)
+        .count()
+    )
+
+
+@dataclass(frozen=True)
+class ListItem:
+    conversation_id: str
+    kind: str
+    title: str
+    last_seq: int
+    last_activity_ms: int
+    preview: str
+    unread: int
+    member: bool
+
+    def frame(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def _last_activity(conversation: Conversation, intervals: list[MembershipInterval]) -> MessageRecord | None:
+    """The newest affects_session_order row the reader can see (anchor_target events never
+    count, so two recalls in a row leave this alone)."""
+    return (
+        MessageRecord.objects.filter(
+            visible_seqs(intervals), conversation=conversation, affects_session_order=True
+        )
+        .select_related("sender")
+        .order_by("-conversation_seq")
+        .first()
+    )
+
+
+def conversation_list(user: User) -> tuple[list[ListItem], int]:
+    """Every conversation the user is or was in, newest activity first, and the badge."""
+    intervals_by_conversation: dict[str, list[MembershipInterval]] = {}
+    for interval in MembershipInterval.objects.filter(user=user).order_by("joined_at"):
+        intervals_by_conversation.setdefault(interval.conversation_id, []).append(interval)
+    conversations = Conversation.objects.filter(pk__in=list(intervals_by_conversation), tenant_id=user.tenant_id)
+    items = []
+    for conversation in conversations:
+        intervals = intervals_by_conversation[conversation.pk]
+        latest = _last_activity(conversation, intervals)
+        preview = message_object(latest, conversation)["preview"] if latest else ""
+        items.append(
+            ListItem(
+                conversation_id=conversation.pk,
+                kind=conversation.kind,
+                title=conversation.title,
+                last_seq=visible_head(conversation, intervals),
+                last_activity_ms=latest.sent_at_ms if latest else 0,
+                preview=preview,
+                unread=unread_count(conversation, user.pk, intervals),
+                member=intervals[-1].left_at is None,
+            )
+        )
+    items.sort(key=lambda item: (item.last_activity_ms, item.conversation_id), reverse=True)
+    return items, sum(item.unread for item in items)

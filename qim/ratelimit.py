@@ -1,0 +1,56 @@
+"""Hard rate limits (per user, per room) on the `limits` library's moving window.
+
+In memory when embedded; in Redis when QIM_REDIS_URL is set, so a user's budget is shared by
+every node they connect to. A refused hit costs nothing and answers how long to wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import weakref
+
+from django.conf import settings
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.aio.storage import MemoryStorage, RedisStorage
+from limits.aio.strategies import MovingWindowRateLimiter
+
+from qim.errors import Refused
+
+_limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def rate_item(per_second: float) -> RateLimitItem:
+    """`limits` counts whole hits per whole seconds: 2.5/s becomes 5 per 2 s."""
+    for seconds in range(1, 61):
+        amount = per_second * seconds
+        if amount >= 1 and math.isclose(amount, round(amount), abs_tol=1e-6):
+            return RateLimitItemPerSecond(round(amount), seconds)
+    return RateLimitItemPerSecond(max(1, round(per_second)), 1)
+
+
+def _limiter() -> MovingWindowRateLimiter:
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        if settings.QIM_REDIS_URL:
+            storage = RedisStorage("async+" + settings.QIM_REDIS_URL, key_prefix="qim:rate")
+        else:
+            storage = MemoryStorage()
+        limiter = MovingWindowRateLimiter(storage)
+        _limiters[loop] = limiter
+    return limiter
+
+
+async def check_rate(name: str, per_second: float, *identifiers: str) -> None:
+    """Take one hit of `name` for `identifiers`, or raise Refused("rate_limited")."""
+    item = rate_item(per_second)
+    limiter = _limiter()
+    if await limiter.hit(item, name, *identifiers):
+        return
+    stats = await limiter.get_window_stats(item, name, *identifiers)
+    retry_after_ms = max(1, math.ceil((stats.reset_time - time.time()) * 1000))
+    raise Refused("rate_limited", f"{name} allows {per_second:g}/s", retry_after_ms=retry_after_ms)

@@ -1,0 +1,80 @@
+"""Wire shapes of persisted things: message objects, mailbox events, previews (protocol.md §5)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from qim.content_types import BUILTIN_POLICIES, GENERIC_PLACEHOLDER
+from qim.models import Conversation, MessageRecord, UserMailboxEntry
+
+PREVIEW_MAX_CHARS = 120
+
+
+def render_preview(content_type: str, payload_json: str | None, *, e2ee: bool) -> str:
+    """The text a client can always show. Under E2EE the server cannot read payloads, so it is
+    the type's generic placeholder; for `text` the start of the text."""
+    policy = BUILTIN_POLICIES.get(content_type)
+    if policy is None:
+        return f"[{content_type}]"
+    if e2ee or payload_json is None or "{text}" not in policy.preview_template:
+        return policy.preview_template if "{" not in policy.preview_template else GENERIC_PLACEHOLDER
+    try:
+        text = json.loads(payload_json).get("text", "")
+    except (ValueError, AttributeError):
+        return GENERIC_PLACEHOLDER
+    return policy.preview_template.replace("{text}", str(text)[:PREVIEW_MAX_CHARS])
+
+
+def message_object(record: MessageRecord, conversation: Conversation) -> dict[str, Any]:
+    """The message object of HISTORY_BATCH and mailbox events, in its current state."""
+    recalled = record.state in (MessageRecord.RECALLED, MessageRecord.DELETED)
+    payload_json = None if recalled else record.payload
+    message: dict[str, Any] = {
+        "conversation_id": record.conversation_id,
+        "conversation_seq": record.conversation_seq,
+        "message_id": record.message_id,
+        "sender_id": record.sender.username,
+        "sender_device_id": record.sender_device_id,
+        "content_type": record.content_type,
+        "payload": json.loads(payload_json) if payload_json is not None else None,
+        "preview": "[recalled]" if recalled else render_preview(record.content_type, payload_json, e2ee=conversation.e2ee),
+        "sent_at_ms": record.sent_at_ms,
+        "state": record.state,
+    }
+    if record.edited_at_ms is not None:
+        message["edited_at_ms"] = record.edited_at_ms
+    return message
+
+
+def control_object(record: MessageRecord) -> dict[str, Any]:
+    """A logged control event (membership, recall, edit) as mailbox events carry it."""
+    control: dict[str, Any] = {
+        "custom_type": record.content_type,
+        "conversation_seq": record.conversation_seq,
+        "actor_id": record.sender.username,
+        "origin_device_id": record.sender_device_id or None,
+        "payload": json.loads(record.payload) if record.payload is not None else None,
+    }
+    if record.target_conversation_seq is not None:
+        control["target_conversation_seq"] = record.target_conversation_seq
+    return control
+
+
+def mailbox_event(entry: UserMailboxEntry, conversation: Conversation) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "mailbox_seq": entry.mailbox_seq,
+        "kind": entry.kind,
+        "conversation_id": entry.conversation_id,
+    }
+    record = entry.message
+    if record is not None and record.kind == MessageRecord.MESSAGE:
+        event["message"] = message_object(record, conversation)
+    elif record is not None:
+        event["control"] = control_object(record)
+        if record.timeline_visible:
+            # Membership events are timeline rows too: give clients the row as well.
+            event["message"] = message_object(record, conversation)
+    else:
+        event["control"] = entry.control
+    return event
