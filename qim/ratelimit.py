@@ -37,7 +37,9 @@ def _limiter() -> MovingWindowRateLimiter:
     limiter = _limiters.get(loop)
     if limiter is None:
         if settings.QIM_REDIS_URL:
-            storage = RedisStorage("async+" + settings.QIM_REDIS_URL, key_prefix="qim:rate")
+            storage = RedisStorage(
+                "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate"
+            )
         else:
             storage = MemoryStorage()
         limiter = MovingWindowRateLimiter(storage)

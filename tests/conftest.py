@@ -58,8 +58,17 @@ class QimDeployment:
         return handle
 
     def stop(self) -> None:
+        """Stop every node, then fail if any handler crashed: an `internal` ERROR is a bug
+        even when the test that caused it passed."""
         for node in self.nodes:
             node.stop()
+        crashes = [
+            f"{node.log_path}: {line}"
+            for node in self.nodes
+            for line in node.log_path.read_text().splitlines()
+            if "Traceback" in line or " ERROR qim" in line
+        ]
+        assert not crashes, "server errors logged:\n" + "\n".join(crashes[:20])
 
 
 @pytest.fixture(scope="session")

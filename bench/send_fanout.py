@@ -1,0 +1,183 @@
+"""SEND throughput and mailbox rows/s to groups of 10 / 100 / 1 000 members, SQLite and
+PostgreSQL, against a baseline in the same run: the same rows written by raw SQL (one
+transaction per message: the log row plus one mailbox row per member), i.e. what the database
+itself can do without QIM around it.
+
+    python bench/send_fanout.py [--quick] [--backends sqlite,postgres] [--sizes 10,100,1000]
+
+The per-user message rate is raised for this run (QIM_PER_USER_MSG_RATE=100000): we measure
+the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from common import (
+    Backend,
+    CpuMeter,
+    bootstrap,
+    emit,
+    mean,
+    percentile,
+    populate,
+    print_table,
+    run_in_processes,
+    start_node,
+    work_directory,
+)
+
+SENDERS = 4
+
+
+def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds: float) -> dict[str, Any]:
+    """One load process: each token sends text SENDs back to back for `seconds`."""
+    import websockets
+
+    async def one(token: str, index: int) -> list[float]:
+        latencies = []
+        async with websockets.connect(ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"type": "AUTH", "token": token, "device_id": "populated"}))
+            assert json.loads(await ws.recv())["type"] == "AUTH_OK"
+            deadline = time.monotonic() + seconds
+            n = 0
+            while time.monotonic() < deadline:
+                n += 1
+                req = f"{index}-{n}"
+                started = time.perf_counter()
+                await ws.send(json.dumps({
+                    "type": "SEND", "req_id": req, "conversation_id": conversation_id,
+                    "client_msg_id": f"bench-{time.time_ns()}-{req}", "content_type": "text",
+                    "payload": {"text": "x" * 64},
+                }))
+                while True:  # skip EVENT pushes of our own group
+                    frame = json.loads(await ws.recv())
+                    if frame.get("req_id") == req:
+                        break
+                if frame["type"] != "ACK":
+                    raise RuntimeError(frame)
+                latencies.append((time.perf_counter() - started) * 1000)
+        return latencies
+
+    async def main() -> list[list[float]]:
+        return await asyncio.gather(*(one(t, i) for i, t in enumerate(tokens)))
+
+    started = time.monotonic()
+    per_sender = asyncio.run(main())
+    elapsed = time.monotonic() - started
+    flat = [x for lat in per_sender for x in lat]
+    return {"acks": len(flat), "elapsed": elapsed, "latencies": flat}
+
+
+def raw_sql_baseline(kind: str, url: str, members: int, seconds: float) -> dict[str, Any]:
+    """The same rows per message through the database driver directly, one transaction each."""
+    if kind == "sqlite":
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        mark = "?"
+    else:
+        import psycopg
+
+        conn = psycopg.connect(url, autocommit=True)
+        mark = "%s"
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_log (seq BIGINT PRIMARY KEY, payload TEXT)")
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_mailbox (user_id BIGINT, mailbox_seq BIGINT, log_seq BIGINT, PRIMARY KEY (user_id, mailbox_seq))")
+    seq = 0
+    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        seq += 1
+        rows = [(user, seq, seq) for user in range(members)]
+        if kind == "sqlite":
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"INSERT INTO bench_log VALUES ({mark}, {mark})", (seq, "x" * 64))
+            conn.executemany(f"INSERT INTO bench_mailbox VALUES ({mark}, {mark}, {mark})", rows)
+            conn.execute("COMMIT")
+        else:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO bench_log VALUES ({mark}, {mark})", (seq, "x" * 64))
+                with conn.cursor() as cur:
+                    cur.executemany(f"INSERT INTO bench_mailbox VALUES ({mark}, {mark}, {mark})", rows)
+    elapsed = time.monotonic() - started
+    conn.close()
+    return {"messages": seq, "elapsed": elapsed}
+
+
+def pg_url(db) -> str:  # type: ignore[no-untyped-def]
+    return db.pg.url(db.dbname)
+
+
+def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path) -> list[dict[str, Any]]:
+    backend = Backend(kind, work_dir)
+    results = []
+    try:
+        db = backend.database(f"fanout_{kind}")
+        node = start_node(db, work_dir, f"bench-{kind}", {"QIM_PER_USER_MSG_RATE": "100000"})
+        try:
+            bootstrap(node)
+            groups = {}
+            for size in sizes:
+                tokens = populate(node, max(sizes), work_dir / f"tokens-{size}.json", group=f"g{size}", members=size)
+                groups[size] = tokens["group"]
+            sender_tokens = list(tokens["users"].values())[:SENDERS]
+            for size in sizes:
+                meter = CpuMeter([node.process.pid])
+                out = run_in_processes(sender_process, [(node.ws_url, sender_tokens, groups[size], seconds)])[0]
+                server_cpu = meter.read()
+                baseline_db = backend.database(f"baseline_{kind}_{size}")
+                url = baseline_db.url if kind == "sqlite" else pg_url(baseline_db)
+                raw = run_in_processes(raw_sql_baseline, [(kind, url, size, seconds)])[0]
+                sends = out["acks"] / out["elapsed"]
+                raw_sends = raw["messages"] / raw["elapsed"]
+                results.append({
+                    "backend": kind, "members": size, "senders": SENDERS,
+                    "sends_per_s": round(sends, 1), "mailbox_rows_per_s": round(sends * size),
+                    "ack_p50_ms": round(percentile(out["latencies"], 50), 1),
+                    "ack_p99_ms": round(percentile(out["latencies"], 99), 1),
+                    "ack_mean_ms": round(mean(out["latencies"]), 1),
+                    "server_cpu_pct": server_cpu,
+                    "raw_sql_sends_per_s": round(raw_sends, 1),
+                    "raw_sql_rows_per_s": round(raw_sends * size),
+                    "qim_vs_raw_sql": round(sends / raw_sends, 3) if raw_sends else None,
+                })
+        finally:
+            node.stop()
+    finally:
+        backend.close()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 s per case instead of 6 s")
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--sizes", default="10,100,1000")
+    args = parser.parse_args()
+    seconds = 2.0 if args.quick else 6.0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows: list[dict[str, Any]] = []
+    with work_directory() as work_dir:
+        for kind in args.backends.split(","):
+            rows += run_backend(kind, sizes, seconds, work_dir)
+    print_table(
+        f"SEND fan-out ({SENDERS} closed-loop senders, {seconds:g} s per case, 64-byte text)",
+        ["backend", "members", "SEND/s", "mailbox rows/s", "p50 ms", "p99 ms", "server CPU%", "raw SQL msg/s", "QIM/raw"],
+        [[r["backend"], r["members"], r["sends_per_s"], r["mailbox_rows_per_s"], r["ack_p50_ms"], r["ack_p99_ms"],
+          r["server_cpu_pct"], r["raw_sql_sends_per_s"], r["qim_vs_raw_sql"]] for r in rows],
+    )
+    ratios = {f"{r['backend']}_{r['members']}_qim_vs_raw_sql": r["qim_vs_raw_sql"] for r in rows}
+    pg_1000 = next((r for r in rows if r["backend"] == "postgres" and r["members"] == 1000), None)
+    targets = {"postgres_1000_sends_per_s >= 50": bool(pg_1000 and pg_1000["sends_per_s"] >= 50)}
+    emit({"scenario": "send_fanout", "quick": args.quick, "seconds_per_case": seconds, "cases": rows,
+          "ratios": ratios, "targets": targets})
+
+
+if __name__ == "__main__":
+    main()

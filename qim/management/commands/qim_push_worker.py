@@ -1,0 +1,70 @@
+"""`qim_push_worker`: drain the offline push outbox, once or until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.core.management.base import BaseCommand, CommandError
+
+from qim.models import PushTask
+from qim.push.senders import load_sender
+from qim.push.worker import drain, run_forever
+
+WORKER_ID_MAX = PushTask._meta.get_field("claimed_by").max_length or 64
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"[-WORKER_ID_MAX:]
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT, so the current send finishes before we exit."""
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # only it may set handlers
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Command(BaseCommand):
+    help = (
+        "Send pending offline pushes through settings.QIM_PUSH_SENDER. Runs until SIGTERM/SIGINT; "
+        "with --once, drains what is due and prints one JSON line {sent, failed, retried}."
+    )
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("--once", action="store_true", help="drain what is due, then exit")
+        parser.add_argument("--batch", type=int, default=100, help="tasks claimed per round")
+        parser.add_argument("--idle-sleep", type=float, default=1.0, help="seconds to sleep when idle")
+        parser.add_argument(
+            "--horizon",
+            type=float,
+            default=0.0,
+            help="with --once: also wait for tasks (retries, expiring claims) claimable within S seconds",
+        )
+        parser.add_argument("--worker-id", default="", help="claim owner name (default hostname:pid)")
+
+    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        if options["batch"] < 1:
+            raise CommandError("--batch must be at least 1")
+        worker_id = options["worker_id"] or default_worker_id()
+        if len(worker_id) > WORKER_ID_MAX:
+            raise CommandError(f"--worker-id is longer than {WORKER_ID_MAX} characters")
+        sender = load_sender()
+        with stop_on_signals() as stop:
+            if options["once"]:
+                tally = drain(worker_id, sender, options["batch"], options["horizon"], stop_event=stop)
+            else:
+                tally = run_forever(worker_id, sender, options["idle_sleep"], stop, options["batch"])
+        self.stdout.write(json.dumps(tally.report()))

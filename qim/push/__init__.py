@@ -1,0 +1,1 @@
+"""The offline push worker: drains the PushTask outbox through a pluggable PushSender."""

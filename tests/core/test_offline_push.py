@@ -1,0 +1,72 @@
+"""Offline push outbox: a PushTask per offline device with credentials per counted message."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.conftest import QimDeployment
+from tests.core.conversation_helpers import create_group, send_text
+from tests.harness.personas import Persona, TenantHandle, api, api_ok
+
+
+def register_push(persona: Persona, device_id: str) -> None:
+    api_ok(persona.tenant.node, "POST", f"devices/{device_id}/push", persona.token(device_id),
+           json={"platform": "ios", "push_token": f"apns-{persona.user_id}-{device_id}"})
+
+
+def push_tasks(deployment: QimDeployment, persona: Persona, device_id: str | None = None) -> int:
+    where = "user_id = (SELECT id FROM qim_user WHERE username = ?)"
+    params: tuple = (persona.user_id,)
+    if device_id is not None:
+        where += " AND device_id = (SELECT d.id FROM qim_device d JOIN qim_user u ON u.id = d.user_id WHERE u.username = ? AND d.device_id = ?)"
+        params += (persona.user_id, device_id)
+    return deployment.db.count("qim_pushtask", where, params)
+
+
+def badge(deployment: QimDeployment, persona: Persona) -> int:
+    rows = deployment.db.query(
+        "SELECT badge FROM qim_userbadgestate WHERE user_id = (SELECT id FROM qim_user WHERE username = ?)",
+        (persona.user_id,),
+    )
+    return rows[0][0] if rows else 0
+
+
+async def test_offline_devices_get_one_task_per_counted_message_online_ones_none(
+    embedded: QimDeployment, acme: TenantHandle
+) -> None:
+    alice, bob, carol, dave = (acme.persona(n) for n in ("alice", "bob", "carol", "dave"))
+    register_push(bob, "phone")        # bob's phone: offline, with credentials
+    register_push(bob, "tablet")       # bob's tablet: online, with credentials
+    register_push(carol, "phone")      # carol: online
+    dave.token("phone")                # dave: offline, but no credentials
+    group = create_group(alice, bob, carol, dave)
+    a = await alice.connect()
+    await bob.connect(device_id="tablet")
+    await carol.connect(device_id="phone")
+
+    for i in range(3):
+        await send_text(a, group, f"ping {i}")
+    api_ok(acme.node, "POST", f"conversations/{group}/members", alice.token(),
+           json={"user_ids": [acme.persona("erin").user_id]})  # membership: does not count
+    await asyncio.sleep(0.2)
+
+    assert push_tasks(embedded, bob, "phone") == 3
+    assert push_tasks(embedded, bob, "tablet") == 0
+    assert push_tasks(embedded, carol) == 0
+    assert push_tasks(embedded, dave) == 0
+    assert push_tasks(embedded, alice) == 0
+    assert badge(embedded, bob) == 3 and badge(embedded, dave) == 3 and badge(embedded, alice) == 0
+    payloads = embedded.db.query(
+        "SELECT payload FROM qim_pushtask WHERE user_id = (SELECT id FROM qim_user WHERE username = ?) ORDER BY id",
+        (bob.user_id,),
+    )
+    assert '"badge": 3' in payloads[-1][0].replace('"badge":3', '"badge": 3')
+
+
+async def test_push_credentials_only_for_your_own_devices(acme: TenantHandle) -> None:
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    bob.token("phone")
+    answer = api(acme.node, "POST", "devices/phone/push", alice.token("laptop"), json={"platform": "ios", "push_token": "t"})
+    assert (answer.status_code, answer.json()["code"]) == (404, "not_found")
+    bad = api(acme.node, "POST", "devices/laptop/push", alice.token("laptop"), json={"platform": "windows", "push_token": "t"})
+    assert (bad.status_code, bad.json()["code"]) == (400, "bad_request")

@@ -1,0 +1,324 @@
+"""The push worker in process: claiming, sending, retry and backoff, leases, on a fake clock."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from qim.actions.accounts import do_create_user, do_issue_token
+from qim.models import Device, PushTask, Tenant
+from qim.push.outbox import MAX_RETRY_DELAY_MS, next_claimable_ms, retry_delay_ms
+from qim.push.senders import LogSender, PushSendError, load_sender
+from qim.push.worker import (
+    NO_CREDENTIALS,
+    Outcome,
+    claim_tasks,
+    drain,
+    run_forever,
+    run_once,
+    send_claimed,
+)
+from tests.harness.push_senders import read_outbox
+
+pytestmark = pytest.mark.django_db
+
+T0 = 1_700_000_000_000  # the fake clock's start, in ms
+LEASE_MS = 30_000  # settings.QIM_PUSH_LEASE_S
+BASE_MS = 2_000  # settings.QIM_PUSH_RETRY_BASE_S
+
+
+@dataclass
+class RecordingSender:
+    """Records (task id, device id, attempts before) per send; fails while `failures` says."""
+
+    sent: list[tuple[int, str, int]] = field(default_factory=list)
+    failures: int = 0
+    permanent: bool = False
+    during_send: Callable[[PushTask], None] | None = None
+
+    def send(self, task: PushTask, device: Device) -> None:
+        self.sent.append((task.id, device.device_id, task.attempts))
+        if self.during_send is not None:
+            self.during_send(task)
+        if self.failures:
+            self.failures -= 1
+            raise PushSendError("provider said 503", permanent=self.permanent)
+
+
+@pytest.fixture
+def acme() -> Tenant:
+    return Tenant.objects.create(name="acme")
+
+
+@pytest.fixture
+def alice_phone(acme: Tenant) -> Device:
+    alice = do_create_user(acme, "alice", "pw")
+    do_issue_token(alice, "phone")
+    device = Device.objects.get(user=alice, device_id="phone")
+    device.push_platform, device.push_token = "apns", "apns-token-alice"
+    device.save()
+    return device
+
+
+@pytest.fixture
+def bob_laptop(acme: Tenant) -> Device:
+    """A device that never registered push credentials (or lost them)."""
+    bob = do_create_user(acme, "bob", "pw")
+    do_issue_token(bob, "laptop")
+    return Device.objects.get(user=bob, device_id="laptop")
+
+
+def make_task(device: Device, at_ms: int = T0, **fields: object) -> PushTask:
+    return PushTask.objects.create(
+        tenant=device.user.tenant,
+        user=device.user,
+        device=device,
+        payload={"title": "alice", "body": "hi", "badge": 1},
+        available_at_ms=at_ms,
+        created_at_ms=T0,
+        **fields,
+    )
+
+
+def clock_at(ms: int) -> Callable[[], int]:
+    return lambda: ms
+
+
+def test_a_due_task_is_sent_once_and_marked_sent(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    sender = RecordingSender()
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    assert run_once("w1", sender, clock=clock_at(T0 + 1)) == 0
+    assert sender.sent == [(task.id, "phone", 0)]
+    task.refresh_from_db()
+    assert (task.state, task.sent_at_ms, task.attempts) == (PushTask.SENT, T0, 1)
+    assert (task.claimed_by, task.claimed_until_ms, task.last_error) == ("", 0, "")
+
+
+def test_a_task_not_yet_due_is_not_claimed(alice_phone: Device) -> None:
+    task = make_task(alice_phone, at_ms=T0 + 5_000)
+    assert claim_tasks("w1", 10, T0 + 4_999) == []
+    task.refresh_from_db()
+    assert (task.state, task.claimed_by, task.claimed_until_ms) == (PushTask.PENDING, "", 0)
+    assert [t.id for t in claim_tasks("w1", 10, T0 + 5_000)] == [task.id]
+
+
+def test_claims_take_the_oldest_first_and_respect_the_limit(alice_phone: Device) -> None:
+    tasks = [make_task(alice_phone) for _ in range(5)]
+    first = claim_tasks("w1", 3, T0)
+    assert [t.id for t in first] == [t.id for t in tasks[:3]]
+    assert {(t.claimed_by, t.claimed_until_ms) for t in first} == {("w1", T0 + LEASE_MS)}
+    assert [t.id for t in claim_tasks("w2", 10, T0)] == [t.id for t in tasks[3:]]
+    assert claim_tasks("w3", 10, T0) == []
+
+
+def test_a_failure_is_retried_with_backoff_then_sent(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    sender = RecordingSender(failures=1)
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.available_at_ms) == (PushTask.PENDING, 1, T0 + BASE_MS)
+    assert task.last_error == "PushSendError: provider said 503"
+    assert (task.claimed_by, task.claimed_until_ms) == ("", 0)
+
+    assert run_once("w1", sender, clock=clock_at(T0 + BASE_MS - 1)) == 0
+    assert run_once("w1", sender, clock=clock_at(T0 + BASE_MS)) == 1
+    assert sender.sent == [(task.id, "phone", 0), (task.id, "phone", 1)]
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.sent_at_ms) == (PushTask.SENT, 2, T0 + BASE_MS)
+    assert task.last_error == "PushSendError: provider said 503"  # kept: why it was late
+
+
+@override_settings(QIM_PUSH_MAX_ATTEMPTS=3)
+def test_a_task_that_keeps_failing_ends_failed_after_max_attempts(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    sender = RecordingSender(failures=99)
+    now, retry_times = T0, []
+    for _ in range(3):
+        assert run_once("w1", sender, clock=clock_at(now)) == 1
+        task.refresh_from_db()
+        retry_times.append(task.available_at_ms - now)
+        now = task.available_at_ms
+    assert (task.state, task.attempts) == (PushTask.FAILED, 3)
+    assert retry_times[:2] == [BASE_MS, 2 * BASE_MS]  # the third try gave up: no new time
+    assert run_once("w1", sender, clock=clock_at(now + 10**9)) == 0
+    assert len(sender.sent) == 3
+    assert PushTask.objects.filter(id=task.id).exists()  # never deleted
+
+
+def test_a_permanent_error_fails_the_task_at_once(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    sender = RecordingSender(failures=1, permanent=True)
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.last_error) == (
+        PushTask.FAILED, 1, "PushSendError: provider said 503",
+    )
+
+
+def test_any_other_exception_counts_as_a_transient_failure(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+
+    class Broken:
+        def send(self, task: PushTask, device: Device) -> None:
+            raise TimeoutError("apns did not answer")
+
+    [claimed] = claim_tasks("w1", 1, T0)
+    assert send_claimed(claimed, Broken(), T0) is Outcome.RETRIED
+    task.refresh_from_db()
+    assert (task.state, task.last_error) == (PushTask.PENDING, "TimeoutError: apns did not answer")
+
+
+def test_a_device_without_credentials_fails_its_task_without_a_send(bob_laptop: Device) -> None:
+    task = make_task(bob_laptop)
+    sender = RecordingSender()
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    assert sender.sent == []
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.last_error) == (PushTask.FAILED, 1, NO_CREDENTIALS)
+
+
+def test_a_voip_token_alone_is_enough_credentials(bob_laptop: Device) -> None:
+    bob_laptop.push_platform, bob_laptop.voip_token = "apns", "voip-token-bob"
+    bob_laptop.save()
+    make_task(bob_laptop, kind=PushTask.VOIP)
+    sender = RecordingSender()
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    assert len(sender.sent) == 1
+
+
+def test_an_expired_claim_of_a_dead_worker_is_taken_over(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    assert [t.id for t in claim_tasks("dead", 10, T0)] == [task.id]  # ...then it dies
+    sender = RecordingSender()
+    assert run_once("live", sender, clock=clock_at(T0 + LEASE_MS - 1)) == 0
+    assert next_claimable_ms(T0 + LEASE_MS - 1, horizon_ms=0) is None
+    assert next_claimable_ms(T0 + LEASE_MS - 1, horizon_ms=10) == T0 + LEASE_MS + 1
+    assert run_once("live", sender, clock=clock_at(T0 + LEASE_MS + 1)) == 1
+    task.refresh_from_db()
+    assert (task.state, task.sent_at_ms) == (PushTask.SENT, T0 + LEASE_MS + 1)
+    assert sender.sent == [(task.id, "phone", 0)]
+
+
+def test_a_worker_whose_lease_expired_cannot_settle_a_task_taken_over(alice_phone: Device) -> None:
+    """w1's send outlives its lease; w2 takes the task over meanwhile. w1's mark-sent and
+    w2's send both happen (at least once), but the row is settled by w2 alone."""
+    task = make_task(alice_phone)
+    [stale] = claim_tasks("w1", 1, T0)
+    taken: list[PushTask] = []
+    slow = RecordingSender(during_send=lambda _: taken.extend(claim_tasks("w2", 1, T0 + LEASE_MS + 1)))
+    assert send_claimed(stale, slow, T0) is Outcome.LOST
+    task.refresh_from_db()
+    assert (task.state, task.claimed_by, task.attempts) == (PushTask.PENDING, "w2", 0)
+
+    assert send_claimed(taken[0], RecordingSender(), T0 + LEASE_MS + 2) is Outcome.SENT
+    task.refresh_from_db()
+    assert (task.state, task.sent_at_ms, task.attempts) == (PushTask.SENT, T0 + LEASE_MS + 2, 1)
+
+
+def test_a_stale_failure_does_not_touch_a_task_taken_over(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    [stale] = claim_tasks("w1", 1, T0)
+    slow = RecordingSender(failures=1, during_send=lambda _: claim_tasks("w2", 1, T0 + LEASE_MS + 1))
+    assert send_claimed(stale, slow, T0) is Outcome.LOST
+    task.refresh_from_db()
+    assert (task.state, task.claimed_by, task.attempts, task.last_error) == (PushTask.PENDING, "w2", 0, "")
+
+
+def test_the_same_worker_id_cannot_settle_an_older_claim(alice_phone: Device) -> None:
+    """The fence is the claim, not just the worker id: a restarted worker reusing its id."""
+    task = make_task(alice_phone)
+    [old] = claim_tasks("w1", 1, T0)
+    [new] = claim_tasks("w1", 1, T0 + LEASE_MS + 1)
+    assert send_claimed(old, RecordingSender(), T0 + 1) is Outcome.LOST
+    assert send_claimed(new, RecordingSender(), T0 + LEASE_MS + 2) is Outcome.SENT
+    task.refresh_from_db()
+    assert task.attempts == 1
+
+
+def test_no_send_starts_with_less_than_half_the_lease_left(alice_phone: Device) -> None:
+    tasks = [make_task(alice_phone) for _ in range(3)]
+    times = iter([T0, T0, T0 + LEASE_MS // 2])  # claim, first send, then the batch ran long
+    sender = RecordingSender()
+    assert run_once("w1", sender, clock=lambda: next(times)) == 1
+    assert [sent[0] for sent in sender.sent] == [tasks[0].id]
+    rest = PushTask.objects.filter(id__in=[t.id for t in tasks[1:]])
+    assert {(t.state, t.claimed_by, t.claimed_until_ms, t.attempts) for t in rest} == {
+        (PushTask.PENDING, "", 0, 0)
+    }
+
+
+def test_a_stop_finishes_the_current_task_and_releases_the_rest(alice_phone: Device) -> None:
+    tasks = [make_task(alice_phone) for _ in range(3)]
+    stop = threading.Event()
+    sender = RecordingSender(during_send=lambda _: stop.set())  # SIGTERM arrives mid-send
+    tally = run_forever("w1", sender, idle_sleep_s=0.01, stop_event=stop, clock=clock_at(T0))
+    assert (tally.sent, tally.released) == (1, 2)
+    states = dict(PushTask.objects.values_list("id", "state"))
+    assert states == {tasks[0].id: "sent", tasks[1].id: "pending", tasks[2].id: "pending"}
+    assert claim_tasks("w2", 10, T0 + 1) != []  # released, not left to expire
+
+
+def test_run_forever_idles_until_stopped(alice_phone: Device) -> None:
+    stop = threading.Event()
+    timer = threading.Timer(0.2, stop.set)
+    timer.start()
+    tally = run_forever("w1", RecordingSender(), idle_sleep_s=0.05, stop_event=stop, clock=clock_at(T0))
+    timer.join()
+    assert tally.handled == 0
+
+
+def test_drain_sends_everything_due_and_reports(alice_phone: Device, bob_laptop: Device) -> None:
+    for _ in range(5):
+        make_task(alice_phone)
+    make_task(bob_laptop)
+    make_task(alice_phone, at_ms=T0 + 60_000)  # not due: left alone
+    sender = RecordingSender(failures=2)
+    tally = drain("w1", sender, batch=2, clock=clock_at(T0))
+    assert tally.report() == {"sent": 3, "failed": 1, "retried": 2}
+    assert PushTask.objects.filter(state=PushTask.PENDING).count() == 3
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    assert [retry_delay_ms(n) for n in (1, 2, 3, 4)] == [2_000, 4_000, 8_000, 16_000]
+    assert retry_delay_ms(12) == MAX_RETRY_DELAY_MS
+    assert retry_delay_ms(10_000) == MAX_RETRY_DELAY_MS
+    with override_settings(QIM_PUSH_RETRY_BASE_S=0.01):
+        assert retry_delay_ms(1) == 10
+
+
+def test_the_command_drains_once_and_prints_json(
+    alice_phone: Device, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outbox = tmp_path / "outbox.jsonl"
+    monkeypatch.setenv("QIM_TEST_PUSH_OUTBOX", str(outbox))
+    tasks = [make_task(alice_phone, at_ms=0) for _ in range(3)]
+    with override_settings(QIM_PUSH_SENDER="tests.harness.push_senders.JsonlFileSender"):
+        call_command("qim_push_worker", "--once", "--batch", "2", "--worker-id", "cmd")
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {
+        "sent": 3, "failed": 0, "retried": 0,
+    }
+    lines = read_outbox(outbox)
+    assert [line["task_id"] for line in lines] == [t.id for t in tasks]
+    assert lines[0]["device_id"] == "phone" and lines[0]["attempt"] == 1
+    assert lines[0]["payload"] == {"title": "alice", "body": "hi", "badge": 1}
+
+
+def test_load_sender_defaults_to_the_log_sender(alice_phone: Device, caplog: pytest.LogCaptureFixture) -> None:
+    sender = load_sender()
+    assert isinstance(sender, LogSender)
+    make_task(alice_phone)
+    with caplog.at_level(logging.INFO, logger="qim.push.senders"):
+        assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    [line] = [r.getMessage() for r in caplog.records if r.name == "qim.push.senders"]
+    assert line == (
+        'push tenant=acme user=alice device=phone platform=apns kind=message '
+        'payload={"badge":1,"body":"hi","title":"alice"}'
+    )
