@@ -19,7 +19,7 @@ from django.db import close_old_connections, connection
 
 from qim.clock import now_ms as wall_clock_ms
 from qim.models import Device, PushTask
-from qim.push.outbox import (
+from qim.actions.push import (
     claim_tasks,
     lease_ms,
     mark_sent,

@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from qim.actions.accounts import do_create_user, do_issue_token
 from qim.models import Device, PushTask, Tenant
-from qim.push.outbox import MAX_RETRY_DELAY_MS, next_claimable_ms, retry_delay_ms
+from qim.actions.push import MAX_RETRY_DELAY_MS, next_claimable_ms, retry_delay_ms
 from qim.push.senders import LogSender, PushSendError, load_sender
 from qim.push.worker import (
     NO_CREDENTIALS,
