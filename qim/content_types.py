@@ -15,7 +15,12 @@ PERSISTENT, EPHEMERAL, EPHEMERAL_AGGREGATE = "persistent", "ephemeral", "ephemer
 OWN_SEQ, ANCHOR_TARGET, NONE = "own_seq", "anchor_target", "none"
 
 TEXT = "text"
+READ = "qim.read.v1"
+RECALL = "qim.recall.v1"
+EDIT = "qim.edit.v1"
 MEMBERSHIP = "qim.membership.v1"
+CALL_RECORD = "qim.call_record.v1"
+REACTION = "qim.reaction.v1"
 GENERIC_PLACEHOLDER = "[message]"
 
 
@@ -46,6 +51,27 @@ BUILTIN_POLICIES = {
     MEMBERSHIP: _builtin(
         MEMBERSHIP, counts_unread=False, affects_session_order=False,
         preview_template="[membership changed]",
+    ),
+    # Recall and edit take their own seq (so offline members get them) but anchor on their
+    # target: no timeline row, no unread, no move of the latest position (design §2).
+    RECALL: _builtin(
+        RECALL, counts_unread=False, affects_session_order=False, timeline_visible=False,
+        anchor_mode=ANCHOR_TARGET, preview_template="[message recalled]",
+    ),
+    EDIT: _builtin(
+        EDIT, counts_unread=False, affects_session_order=False, timeline_visible=False,
+        anchor_mode=ANCHOR_TARGET, preview_template="[message edited]",
+    ),
+    # Lives in one user's mailbox only: never a conversation_seq.
+    READ: _builtin(
+        READ, counts_unread=False, affects_session_order=False, timeline_visible=False,
+        anchor_mode=NONE, preview_template="",
+    ),
+    CALL_RECORD: _builtin(CALL_RECORD, preview_template="[call]"),
+    REACTION: _builtin(
+        REACTION, delivery_class=EPHEMERAL_AGGREGATE, counts_unread=False,
+        affects_session_order=False, timeline_visible=False, anchor_mode=ANCHOR_TARGET,
+        preview_template="",
     ),
 }
 

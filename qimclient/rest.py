@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -69,6 +71,31 @@ class RestClient:
     async def delete(self, path: str, json: Any = None) -> Any:
         """DELETE `path`; None when the server answers with no body."""
         return await _call(self._http, "DELETE", path, json)
+
+    # Conversations (§3): thin wrappers that name the paths and answer the useful field.
+
+    async def create_group(self, title: str, member_user_ids: Iterable[str], *, e2ee: bool = False) -> str:
+        """POST `conversations` kind group (you are a member and its owner); answers its conversation_id."""
+        body = {"kind": "group", "title": title, "member_user_ids": list(member_user_ids), "e2ee": e2ee}
+        answer = await self.post("/api/v1/conversations", json=body)
+        return str(answer["conversation_id"])
+
+    async def create_direct(self, user_id: str) -> str:
+        """Find or create the direct conversation with `user_id`; answers its conversation_id."""
+        answer = await self.post("/api/v1/conversations", json={"kind": "direct", "member_user_ids": [user_id]})
+        return str(answer["conversation_id"])
+
+    async def add_members(self, conversation_id: str, user_ids: Iterable[str]) -> int:
+        """Add members; answers the conversation_seq of the `qim.membership.v1` join event."""
+        path = f"/api/v1/conversations/{quote(conversation_id, safe='')}/members"
+        answer = await self.post(path, json={"user_ids": list(user_ids)})
+        return int(answer["conversation_seq"])
+
+    async def remove_member(self, conversation_id: str, user_id: str) -> int:
+        """Leave (your own user_id) or remove (tenant admin); answers the event's conversation_seq."""
+        path = f"/api/v1/conversations/{quote(conversation_id, safe='')}/members/{quote(user_id, safe='')}"
+        answer = await self.delete(path)
+        return int(answer["conversation_seq"])
 
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool."""
