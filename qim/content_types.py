@@ -1,15 +1,19 @@
 """What a content type means for delivery: the policy SEND and the projections obey.
 
-`text` and the `qim.*` control types are built in. The registry issue adds the per-tenant
-CustomMessageType rows behind `policy_for`; everything else asks this module, so there is
-one place that decides.
+`text` and the `qim.*` control types are built in; every other type is a tenant's
+registry.CustomMessageType row, read through the node's registry cache. SEND, rendering and
+the projections all ask this module, so there is one place that decides.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qim.conf import limit
+
+if TYPE_CHECKING:
+    from registry.cache import RegistrySnapshot
 
 PERSISTENT, EPHEMERAL, EPHEMERAL_AGGREGATE = "persistent", "ephemeral", "ephemeral_aggregate"
 OWN_SEQ, ANCHOR_TARGET, NONE = "own_seq", "anchor_target", "none"
@@ -75,16 +79,39 @@ BUILTIN_POLICIES = {
     ),
 }
 
-# Types a client may SEND itself; the other built-ins are written by the server only.
-SENDABLE_BUILTINS = frozenset({TEXT})
-
-
-def policy_for(tenant_id: int, content_type: str) -> TypePolicy | None:
-    """The policy of a sendable type, or None when the tenant has no such (enabled) type."""
-    if content_type not in SENDABLE_BUILTINS:
-        return None
-    policy = BUILTIN_POLICIES[content_type]
+def _text_policy() -> TypePolicy:
+    policy = BUILTIN_POLICIES[TEXT]
     return TypePolicy(**{**policy.__dict__, "max_payload_bytes": int(limit("max_custom_payload_bytes"))})
+
+
+def sendable_policy(snapshot: "RegistrySnapshot", content_type: str) -> TypePolicy | None:
+    """What SEND may use: `text`, or an enabled registered type outside the qim. prefix
+    (the built-in qim.* types are written by the server only)."""
+    if content_type == TEXT:
+        return _text_policy()
+    registered = snapshot.types.get(content_type)
+    if registered is None or not registered.enabled or content_type.startswith("qim."):
+        return None
+    return registered.policy
+
+
+async def resolve_send_policy(tenant_id: int, content_type: str) -> TypePolicy | None:
+    from registry.cache import registry_cache
+
+    return sendable_policy(await registry_cache.get(tenant_id), content_type)
+
+
+def rendering_policy(tenant_id: int, content_type: str) -> TypePolicy | None:
+    """The policy a stored message renders by, enabled or not (old messages keep rendering);
+    sync, for code already in a database thread."""
+    if content_type == TEXT:
+        return BUILTIN_POLICIES[TEXT]
+    from registry.cache import registry_cache
+
+    registered = registry_cache.get_sync(tenant_id).types.get(content_type)
+    if registered is not None:
+        return registered.policy
+    return BUILTIN_POLICIES.get(content_type)
 
 
 def builtin_policy(content_type: str) -> TypePolicy:

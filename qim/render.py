@@ -5,25 +5,31 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from qim.content_types import BUILTIN_POLICIES, GENERIC_PLACEHOLDER
+from qim.content_types import GENERIC_PLACEHOLDER, TEXT, rendering_policy
 from qim.models import Conversation, MessageRecord, UserMailboxEntry
 
 PREVIEW_MAX_CHARS = 120
 
 
-def render_preview(content_type: str, payload_json: str | None, *, e2ee: bool) -> str:
-    """The text a client can always show. Under E2EE the server cannot read payloads, so it is
-    the type's generic placeholder; for `text` the start of the text."""
-    policy = BUILTIN_POLICIES.get(content_type)
+def render_preview(
+    tenant_id: int, content_type: str, payload_json: str | None, *, sender_id: str, e2ee: bool
+) -> str:
+    """The text a client can always show, from the type's preview_template. Only `text` shows
+    content (its start), and never under E2EE, where the server cannot read it; templates of
+    other types may name {sender_id} and {content_type}, never payload fields."""
+    policy = rendering_policy(tenant_id, content_type)
     if policy is None:
-        return f"[{content_type}]"
-    if e2ee or payload_json is None or "{text}" not in policy.preview_template:
-        return policy.preview_template if "{" not in policy.preview_template else GENERIC_PLACEHOLDER
-    try:
-        text = json.loads(payload_json).get("text", "")
-    except (ValueError, AttributeError):
         return GENERIC_PLACEHOLDER
-    return policy.preview_template.replace("{text}", str(text)[:PREVIEW_MAX_CHARS])
+    if content_type == TEXT:
+        if e2ee or payload_json is None:
+            return GENERIC_PLACEHOLDER
+        try:
+            text = json.loads(payload_json).get("text", "")
+        except (ValueError, AttributeError):
+            return GENERIC_PLACEHOLDER
+        return str(text)[:PREVIEW_MAX_CHARS]
+    template = policy.preview_template or GENERIC_PLACEHOLDER
+    return template.replace("{sender_id}", sender_id).replace("{content_type}", content_type)
 
 
 def message_object(record: MessageRecord, conversation: Conversation) -> dict[str, Any]:
@@ -38,7 +44,10 @@ def message_object(record: MessageRecord, conversation: Conversation) -> dict[st
         "sender_device_id": record.sender_device_id,
         "content_type": record.content_type,
         "payload": json.loads(payload_json) if payload_json is not None else None,
-        "preview": "[recalled]" if recalled else render_preview(record.content_type, payload_json, e2ee=conversation.e2ee),
+        "preview": "[recalled]" if recalled else render_preview(
+            record.tenant_id, record.content_type, payload_json,
+            sender_id=record.sender.username, e2ee=conversation.e2ee,
+        ),
         "sent_at_ms": record.sent_at_ms,
         "state": record.state,
     }

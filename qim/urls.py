@@ -19,6 +19,7 @@ api_v1 = [
     path("devices/<str:device_id>/push", api.DevicePushView.as_view(), name="device-push"),
     path("node", api.NodeStatsView.as_view(), name="node-stats"),
     path("health", api.HealthView.as_view(), name="health"),
+    path("", include("registry.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]

@@ -24,8 +24,8 @@ BOOTSTRAP_DEVICE_ID = "bootstrap"
 def do_bootstrap_tenant(tenant_name: str, admin_username: str, password: str) -> Bootstrapped:
     """Create (or converge) a tenant and its admin; idempotent, so safe to run on every deploy.
 
-    Runs in its own transaction. A second run keeps every id and token and resets the admin's
-    password to the one given.
+    Also installs the tenant's built-in registry types. A second run keeps every id and token
+    and resets the admin's password to the one given.
     """
     with transaction.atomic():
         tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
@@ -36,6 +36,10 @@ def do_bootstrap_tenant(tenant_name: str, admin_username: str, password: str) ->
         admin.set_password(password)
         admin.save()
         token = do_issue_token(admin, BOOTSTRAP_DEVICE_ID)
+    # The built-in qim.* types, after the commit above (each creation is its own transaction).
+    from registry.actions import do_install_builtins
+
+    do_install_builtins(tenant)
     return Bootstrapped(tenant=tenant, admin=admin, token=token)
 
 

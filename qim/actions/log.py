@@ -13,7 +13,7 @@ from qim.actions.mailbox import (
     event_push_parts,
     write_mailbox_entries,
 )
-from qim.content_types import TypePolicy
+from qim.content_types import OWN_SEQ, TypePolicy
 from qim.models import Conversation, Device, MessageRecord, PushTask, User, UserMailboxEntry
 from qim.notify import UserPush, push_on_commit
 from qim.render import mailbox_event, message_object
@@ -54,7 +54,10 @@ def append_to_log(
     seq = conversation.last_seq + 1
     conversation.last_seq = seq
     update_fields = ["last_seq"]
-    if policy.affects_session_order:
+    # anchor_target rows never move the latest position (design §2: two recalls in a row),
+    # whatever their type says; the row records the effective flag for the list projection.
+    moves_position = policy.affects_session_order and policy.anchor_mode == OWN_SEQ
+    if moves_position:
         conversation.last_activity_seq, conversation.last_activity_ms = seq, now_ms
         update_fields += ["last_activity_seq", "last_activity_ms"]
     conversation.save(update_fields=update_fields)
@@ -71,7 +74,7 @@ def append_to_log(
         sent_at_ms=now_ms,
         target_conversation_seq=target_conversation_seq,
         counts_unread=policy.counts_unread,
-        affects_session_order=policy.affects_session_order,
+        affects_session_order=moves_position,
         timeline_visible=policy.timeline_visible,
     )
     entry_kind = UserMailboxEntry.MESSAGE if kind == MessageRecord.MESSAGE else UserMailboxEntry.CONTROL

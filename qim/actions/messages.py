@@ -38,6 +38,8 @@ def do_send_message(
     client_msg_id: str,
     policy: TypePolicy,
     payload_json: str,
+    *,
+    target_conversation_seq: int | None = None,
 ) -> SendAck:
     """Log a persistent message and diffuse it to every current member's mailbox.
 
@@ -54,6 +56,8 @@ def do_send_message(
             members = current_members(conversation.pk)
             if sender.pk not in members:
                 raise Refused("forbidden", "you are not a member of this conversation")
+            if target_conversation_seq is not None and target_conversation_seq > conversation.last_seq:
+                raise Refused("not_found", f"no message {target_conversation_seq} to anchor on")
             appended = append_to_log(
                 conversation,
                 sender=sender,
@@ -63,6 +67,7 @@ def do_send_message(
                 recipients=members,
                 now_ms=now_ms(),
                 client_msg_id=client_msg_id,
+                target_conversation_seq=target_conversation_seq,
             )
     except IntegrityError:
         earlier = _earlier_send(sender.pk, client_msg_id)

@@ -8,13 +8,22 @@ import msgspec
 
 from qim.actions.messages import do_send_message
 from qim.conf import limit
-from qim.content_types import PERSISTENT, TEXT, policy_for
+from qim.clock import now_ms
+from qim.content_types import (
+    ANCHOR_TARGET,
+    EPHEMERAL,
+    EPHEMERAL_AGGREGATE,
+    PERSISTENT,
+    TEXT,
+    resolve_send_policy,
+)
 from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.gateway.node import get_node
+from qim.models import new_ulid
 from qim.notify import UserPush
 from qim.queries.conversations import (
     access_conversation,
@@ -37,6 +46,8 @@ class Send(msgspec.Struct):
     client_msg_id: Id
     content_type: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     payload: Any
+    # Required by (and only by) persistent types whose anchor_mode is anchor_target.
+    target_conversation_seq: Annotated[int, msgspec.Meta(ge=1)] | None = None
     req_id: str | None = None
     type: str = "SEND"
 
@@ -84,20 +95,50 @@ def check_payload(content_type: str, payload: Any, max_bytes: int) -> str:
 
 @frame_handler("SEND", Send)
 async def handle_send(conn: Connection, frame: Send) -> dict:
-    policy = policy_for(conn.tenant_id, frame.content_type)
-    if policy is None:
-        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r}")
+    """Persistent types go the mailbox path; ephemeral ones are relayed to the members online
+    now; ephemeral_aggregate types are REACT's, never SEND's (design §3)."""
+    policy = await resolve_send_policy(conn.tenant_id, frame.content_type)
+    if policy is None or policy.delivery_class == EPHEMERAL_AGGREGATE:
+        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r} to SEND")
     payload_json = check_payload(frame.content_type, frame.payload, policy.max_payload_bytes)
-    if policy.delivery_class != PERSISTENT:
-        raise Refused("unknown_custom_type", f"{frame.content_type} is not sent with SEND")
+    anchored = policy.delivery_class == PERSISTENT and policy.anchor_mode == ANCHOR_TARGET
+    if anchored != (frame.target_conversation_seq is not None):
+        raise Refused("bad_frame", "target_conversation_seq goes with (and only with) anchor_target types")
     await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
+    if policy.delivery_class == EPHEMERAL:
+        return await relay_ephemeral(conn, frame, payload_json)
 
     def send() -> dict:
         access_conversation(conn.tenant_id, frame.conversation_id)
-        ack = do_send_message(conn.user, conn.device_id, frame.conversation_id, frame.client_msg_id, policy, payload_json)
+        ack = do_send_message(
+            conn.user, conn.device_id, frame.conversation_id, frame.client_msg_id, policy, payload_json,
+            target_conversation_seq=frame.target_conversation_seq,
+        )
         return ack.frame()
 
     return await in_db_thread(send)()
+
+
+async def relay_ephemeral(conn: Connection, frame: Send, payload_json: str) -> dict:
+    """EPHEMERAL to the other members online now: no row, no seq, no mailbox (§10)."""
+    recipients = await in_db_thread(other_members)(conn, frame.conversation_id)
+    sent_at_ms = now_ms()
+    text = (
+        '{"type":"EPHEMERAL","conversation_id":' + codec.encode(frame.conversation_id)
+        + ',"sender_id":' + codec.encode(conn.user_id)
+        + ',"sender_device_id":' + codec.encode(conn.device_id)
+        + ',"content_type":' + codec.encode(frame.content_type)
+        + ',"payload":' + payload_json + ',"sent_at_ms":' + str(sent_at_ms) + "}"
+    )
+    await get_node().send_to_users(UserPush(tenant_id=conn.tenant_id, user_ids=recipients, text=text))
+    return {"type": "ACK", "message_id": new_ulid(), "sent_at_ms": sent_at_ms}
+
+
+def other_members(conn: Connection, conversation_id: str) -> list[str]:
+    """Current members but the caller; `not_found`/`forbidden` for outsiders."""
+    conversation = access_conversation(conn.tenant_id, conversation_id)
+    require_current_member(conversation, conn.user_pk)
+    return [u for u in current_members(conversation.pk).values() if u != conn.user_id]
 
 
 @frame_handler("SYNC", Sync)
@@ -134,13 +175,7 @@ async def handle_conversations(conn: Connection, frame: Conversations) -> dict:
 async def handle_typing(conn: Connection, frame: Typing) -> dict | None:
     """Relayed to the other members online now; nothing is stored. No reply unless refused
     (or asked for with a req_id)."""
-
-    def others() -> list[str]:
-        conversation = access_conversation(conn.tenant_id, frame.conversation_id)
-        require_current_member(conversation, conn.user_pk)
-        return [u for u in current_members(conversation.pk).values() if u != conn.user_id]
-
-    recipients = await in_db_thread(others)()
+    recipients = await in_db_thread(other_members)(conn, frame.conversation_id)
     text = codec.encode(
         {"type": "TYPING", "conversation_id": frame.conversation_id, "user_id": conn.user_id, "state": frame.state}
     )

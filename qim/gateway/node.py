@@ -13,7 +13,7 @@ import asyncio
 import logging
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from channels.exceptions import ChannelFull
@@ -41,6 +41,26 @@ _NODE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 def node_channel(node_id: str) -> str:
     return NODE_CHANNEL_PREFIX + node_id
+
+
+NodeMessageHandler = Callable[["ConnectionNode", dict[str, Any]], Awaitable[None]]
+# Channel-layer message type -> handler, for messages other than per-node batches; apps
+# register theirs (the registry's "registry.changed") with `node_message_handler`.
+_message_handlers: dict[str, NodeMessageHandler] = {}
+# Channel-layer groups every node's channel joins, so one group_send reaches all nodes.
+_node_groups: set[str] = set()
+
+
+def node_message_handler(message_type: str, *, group: str | None = None):  # type: ignore[no-untyped-def]
+    """Register a handler for `message_type`; with `group`, every node joins that group."""
+
+    def register(handler: NodeMessageHandler) -> NodeMessageHandler:
+        _message_handlers[message_type] = handler
+        if group is not None:
+            _node_groups.add(group)
+        return handler
+
+    return register
 
 
 class ConnectionNode:
@@ -87,13 +107,27 @@ class ConnectionNode:
                 continue
             self.counters["layer_messages_received"] += 1
             try:
-                await self.deliver_local(message)
+                handler = _message_handlers.get(message.get("type", ""))
+                if handler is not None:
+                    await handler(self, message)
+                else:
+                    await self.deliver_local(message)
             except Exception:
-                logger.exception("delivering a node batch failed")
+                logger.exception("handling a node message of type %s failed", message.get("type"))
+
+    async def _join_groups(self) -> None:
+        layer = get_channel_layer()
+        for group in sorted(_node_groups):
+            await layer.group_add(group, node_channel(self.node_id))
 
     async def _heartbeat(self) -> None:
         period = max(0.2, limit("presence_ttl_s") / 3)
         while True:
+            try:
+                # Re-joined every beat: channels-redis forgets group members after group_expiry.
+                await self._join_groups()
+            except Exception:
+                logger.exception("joining node groups failed")
             await asyncio.sleep(period)
             try:
                 await self.directory.heartbeat(self.node_id, self.local_devices(), list(self._watchers))
@@ -140,6 +174,9 @@ class ConnectionNode:
 
     def local_connections_of(self, user: UserKey) -> set[Connection]:
         return self._by_user.get(user, set())
+
+    def local_connections_of_tenant(self, tenant_id: int) -> list[Connection]:
+        return [c for c in self.connections.values() if c.tenant_id == tenant_id]
 
     def local_devices(self) -> dict[UserKey, set[str]]:
         return {user: {c.device_id for c in conns} for user, conns in self._by_user.items()}
