@@ -81,6 +81,9 @@ QIM_PUSH_RETRY_BASE_S = env.float("QIM_PUSH_RETRY_BASE_S", default=2.0)
 # How old a node's copy of a tenant's registry may get before it re-checks the version in
 # the database (the fallback when a change notice is missed; protocol.md §6 asks for 1 s).
 QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
+# How long a RoomWriter's lease lasts without renewal (renewed every third of it): after a
+# writer dies, another node takes the room over within about this long.
+QIM_ROOM_LEASE_TTL_S = env.float("QIM_ROOM_LEASE_TTL_S", default=5.0)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
 QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
 

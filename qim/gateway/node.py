@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from qim.conf import limit
+from qim.errors import Refused
 from qim.gateway.codec import encode
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.presence import (
@@ -51,6 +52,29 @@ _message_handlers: dict[str, NodeMessageHandler] = {}
 _node_groups: set[str] = set()
 
 
+NodeCallHandler = Callable[["ConnectionNode", dict[str, Any]], Awaitable[dict[str, Any]]]
+# Requests one node makes of another (`ConnectionNode.call`), by operation name.
+_call_handlers: dict[str, NodeCallHandler] = {}
+DisconnectHook = Callable[[Connection], Awaitable[None]]
+_disconnect_hooks: list[DisconnectHook] = []
+
+
+def node_call_handler(op: str):  # type: ignore[no-untyped-def]
+    """Register the handler answering `ConnectionNode.call(node, op, body)` on every node."""
+
+    def register(handler: NodeCallHandler) -> NodeCallHandler:
+        _call_handlers[op] = handler
+        return handler
+
+    return register
+
+
+def on_disconnect(hook: DisconnectHook) -> DisconnectHook:
+    """Run `hook(conn)` whenever a connection leaves the index (close, crash or kill)."""
+    _disconnect_hooks.append(hook)
+    return hook
+
+
 def node_message_handler(message_type: str, *, group: str | None = None):  # type: ignore[no-untyped-def]
     """Register a handler for `message_type`; with `group`, every node joins that group."""
 
@@ -78,6 +102,8 @@ class ConnectionNode:
         self.counters: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._call_serial = 0
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -106,14 +132,66 @@ class ConnectionNode:
                 await asyncio.sleep(0.5)
                 continue
             self.counters["layer_messages_received"] += 1
+            kind = message.get("type", "")
+            if kind == "node.call":
+                # Answered in a task of its own: a slow request never stalls the listener.
+                asyncio.create_task(self._answer_call(message))
+                continue
+            if kind == "node.reply":
+                future = self._calls.pop(message["call_id"], None)
+                if future is not None and not future.done():
+                    future.set_result(message)
+                continue
             try:
-                handler = _message_handlers.get(message.get("type", ""))
+                handler = _message_handlers.get(kind)
                 if handler is not None:
                     await handler(self, message)
                 else:
                     await self.deliver_local(message)
             except Exception:
                 logger.exception("handling a node message of type %s failed", message.get("type"))
+
+    # --- requests between nodes --------------------------------------------------------
+
+    async def call(self, node_id: str, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Ask node `node_id` to run `op`; answers its result or re-raises its Refused.
+
+        Raises TimeoutError when the node does not answer in time (it may be dead).
+        """
+        handler = _call_handlers[op]
+        if node_id == self.node_id:
+            return await handler(self, body)
+        self.ensure_started()
+        self._call_serial += 1
+        call_id = f"{self.node_id}:{self._call_serial}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        message = {"type": "node.call", "op": op, "body": body, "reply_to": self.node_id, "call_id": call_id}
+        self.counters["layer_messages_sent"] += 1
+        try:
+            await get_channel_layer().send(node_channel(node_id), message)
+            reply = await asyncio.wait_for(future, timeout)
+        finally:
+            self._calls.pop(call_id, None)
+        if "error" in reply:
+            error = reply["error"]
+            raise Refused(error["code"], error["message"], retry_after_ms=error.get("retry_after_ms"))
+        return reply["result"]
+
+    async def _answer_call(self, message: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"type": "node.reply", "call_id": message["call_id"]}
+        try:
+            reply["result"] = await _call_handlers[message["op"]](self, message["body"])
+        except Refused as refused:
+            reply["error"] = {"code": refused.code, "message": refused.message, "retry_after_ms": refused.retry_after_ms}
+        except Exception:
+            logger.exception("node call %s failed", message.get("op"))
+            reply["error"] = {"code": "internal", "message": f"{message.get('op')} failed on {self.node_id}"}
+        self.counters["layer_messages_sent"] += 1
+        try:
+            await get_channel_layer().send(node_channel(message["reply_to"]), reply)
+        except ChannelFull:
+            logger.warning("reply channel of %s is full", message["reply_to"])
 
     async def _join_groups(self) -> None:
         layer = get_channel_layer()
@@ -128,11 +206,11 @@ class ConnectionNode:
                 await self._join_groups()
             except Exception:
                 logger.exception("joining node groups failed")
-            await asyncio.sleep(period)
             try:
                 await self.directory.heartbeat(self.node_id, self.local_devices(), list(self._watchers))
             except Exception:
                 logger.exception("presence heartbeat failed")
+            await asyncio.sleep(period)
 
     # --- the local index ---------------------------------------------------------------
 
@@ -156,6 +234,11 @@ class ConnectionNode:
         if self.connections.pop(conn.connection_id, None) is None:
             return
         self.counters["connections_closed"] += 1
+        for hook in _disconnect_hooks:
+            try:
+                await hook(conn)
+            except Exception:
+                logger.exception("disconnect hook %s failed", getattr(hook, "__name__", hook))
         for watched in list(conn.presence_watch):
             await self.unwatch_presence(conn, watched)
         local = self._by_user.get(conn.user_key)

@@ -48,6 +48,9 @@ class PresenceDirectory(Protocol):
     ) -> None:
         """Renew this node's entries; a node that stops calling this fades out."""
 
+    async def live_nodes(self) -> set[str] | None:
+        """Nodes whose heartbeat is current; None when there is only this process."""
+
 
 class MemoryPresenceDirectory:
     """Embedded default: one process holds every connection, so a dict is the truth."""
@@ -109,6 +112,9 @@ class MemoryPresenceDirectory:
     ) -> None:
         return None
 
+    async def live_nodes(self) -> set[str] | None:
+        return None
+
 
 def _user_key(prefix: str, user: UserKey) -> str:
     return f"{prefix}{user[0]}:{user[1]}"
@@ -125,6 +131,7 @@ class RedisPresenceDirectory:
     USERS = "qim:presence:user:"
     DEVICES = "qim:presence:device:"  # members "<node_id>|<device_id>"
     WATCHERS = "qim:presence:watch:"
+    NODES = "qim:presence:nodes"
 
     def __init__(self, redis_factory, ttl_s: float) -> None:  # type: ignore[no-untyped-def]
         self._redis = redis_factory
@@ -206,7 +213,16 @@ class RedisPresenceDirectory:
                 self._renew(pipe, _user_key(self.DEVICES, user), members)
             for user in watched:
                 self._renew(pipe, _user_key(self.WATCHERS, user), {node_id: expiry})
+            pipe.zadd(self.NODES, {node_id: expiry})
             await pipe.execute()
+
+    async def live_nodes(self) -> set[str] | None:
+        now = int(time.time() * 1000)
+        async with self._redis().pipeline(transaction=False) as pipe:
+            pipe.zremrangebyscore(self.NODES, "-inf", now)
+            pipe.zrangebyscore(self.NODES, now, "+inf")
+            _, nodes = await pipe.execute()
+        return set(nodes)
 
     def _renew(self, pipe, key: str, members: dict[str, int]) -> None:  # type: ignore[no-untyped-def]
         if members:

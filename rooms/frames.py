@@ -1,0 +1,146 @@
+"""ROOM_JOIN, ROOM_LEAVE, ROOM_SEND, ROOM_REPLAY (protocol.md §8)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from qim.conf import limit
+from qim.content_types import EPHEMERAL_AGGREGATE, resolve_send_policy
+from qim.db import in_db_thread
+from qim.errors import Refused
+from qim.frames.messaging import check_payload
+from qim.gateway import codec
+from qim.gateway.connection import Connection
+from qim.gateway.dispatch import frame_handler
+from qim.gateway.node import on_disconnect
+from rooms.local import LocalRoom
+from rooms.queries import access_room
+from rooms.service import get_room_service, room_key
+
+RoomId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]{1,64}$")]
+RoomSeq = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+
+
+class RoomJoin(msgspec.Struct):
+    room_id: RoomId
+    after_room_seq: RoomSeq | None = None
+    req_id: str | None = None
+    type: str = "ROOM_JOIN"
+
+
+class RoomLeave(msgspec.Struct):
+    room_id: RoomId
+    req_id: str | None = None
+    type: str = "ROOM_LEAVE"
+
+
+class RoomSend(msgspec.Struct):
+    room_id: RoomId
+    content_type: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    payload: Any
+    client_msg_id: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    req_id: str | None = None
+    type: str = "ROOM_SEND"
+
+
+class RoomReplay(msgspec.Struct):
+    room_id: RoomId
+    after_room_seq: RoomSeq
+    req_id: str | None = None
+    type: str = "ROOM_REPLAY"
+
+
+def batch_reply(body: dict[str, Any]) -> dict[str, Any]:
+    body = {k: v for k, v in body.items() if k not in ("online_count", "nodes")}
+    return {"type": "ROOM_BATCH", **body}
+
+
+def joined_room(conn: Connection, room_id: str) -> LocalRoom:
+    room = get_room_service().local.rooms.get(room_key(conn.tenant_id, room_id))
+    if room is None or (conn not in room.members and conn not in room.joining):
+        raise Refused("forbidden", f"join room {room_id!r} first")
+    return room
+
+
+@frame_handler("ROOM_JOIN", RoomJoin)
+async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
+    """Join (or rejoin) a room; the reply is a ROOM_BATCH, a replay when after_room_seq is
+    given. Live ROOM_BATCH pushes follow, never older than what the reply carried."""
+    await in_db_thread(access_room)(conn.tenant_id, frame.room_id)
+    key = room_key(conn.tenant_id, frame.room_id)
+    if frame.room_id not in conn.rooms and len(conn.rooms) >= limit("max_rooms_per_connection"):
+        raise Refused("room_limit", f"at most {limit('max_rooms_per_connection'):g} rooms per connection")
+    service = get_room_service()
+    room = service.local.room(key, conn.tenant_id, frame.room_id)
+    room.members.discard(conn)
+    room.joining[conn] = []
+    conn.rooms.add(frame.room_id)
+    try:
+        body = await service.call_writer(
+            key, "room.join", {"node": service.node.node_id, "count": room.count, "after": frame.after_room_seq}
+        )
+    except Exception:
+        room.joining.pop(conn, None)
+        conn.rooms.discard(frame.room_id)
+        service.local.forget_if_empty(room)
+        raise
+    reply = batch_reply(body)
+    if frame.req_id is not None:
+        reply["req_id"] = frame.req_id
+    await conn.send_text(codec.encode(reply))
+    await service.local.finish_join(room, conn, body["latest_room_seq"])
+    return None
+
+
+async def leave(conn: Connection, room_id: str) -> None:
+    service = get_room_service()
+    key = room_key(conn.tenant_id, room_id)
+    conn.rooms.discard(room_id)
+    room = service.local.rooms.get(key)
+    if room is None:
+        return
+    room.members.discard(conn)
+    room.joining.pop(conn, None)
+    service.local.forget_if_empty(room)
+    await service.report_count(key)
+
+
+@frame_handler("ROOM_LEAVE", RoomLeave)
+async def handle_room_leave(conn: Connection, frame: RoomLeave) -> dict:
+    await leave(conn, frame.room_id)
+    return {"type": "ACK"}
+
+
+@on_disconnect
+async def leave_all_rooms(conn: Connection) -> None:
+    get_room_service().local.forget_connection(conn)
+    for room_id in list(conn.rooms):
+        await leave(conn, room_id)
+
+
+@frame_handler("ROOM_SEND", RoomSend)
+async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
+    """Through the registry like SEND; answered by the room's writer, wherever it is."""
+    joined_room(conn, frame.room_id)
+    policy = await resolve_send_policy(conn.tenant_id, frame.content_type)
+    if policy is None or policy.delivery_class == EPHEMERAL_AGGREGATE:
+        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r} to send")
+    check_payload(frame.content_type, frame.payload, policy.max_payload_bytes)
+    ack = await get_room_service().call_writer(
+        room_key(conn.tenant_id, frame.room_id),
+        "room.send",
+        {"sender_id": conn.user_id, "content_type": frame.content_type, "payload": frame.payload,
+         "client_msg_id": frame.client_msg_id},
+    )
+    return {"type": "ACK", **ack}
+
+
+@frame_handler("ROOM_REPLAY", RoomReplay)
+async def handle_room_replay(conn: Connection, frame: RoomReplay) -> dict:
+    joined_room(conn, frame.room_id)
+    body = await get_room_service().call_writer(
+        room_key(conn.tenant_id, frame.room_id), "room.replay", {"after": frame.after_room_seq}
+    )
+    return batch_reply(body)

@@ -1,0 +1,271 @@
+"""RoomService: this process's rooms: the writers it holds leases for, finding the writer of
+any other room, and the node-to-node operations a writer answers.
+
+Any node accepts any ROOM_* frame; when the writer lives elsewhere the request is forwarded
+over the channel layer (`ConnectionNode.call`) and answered from there. A node that needs a
+room's writer and finds none takes the lease itself, bumps the durable room_epoch and becomes
+the writer (§1.2, C-2). Nodes re-report their member counts every second, so a new writer
+learns where the room's members are, and a dead node's counts are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from ulid import ULID
+
+from qim.conf import limit
+from qim.db import in_db_thread
+from qim.errors import Refused
+from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_channel, node_message_handler
+from rooms.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore, node_of
+from rooms.local import LocalRooms
+from rooms.models import Room
+from rooms.ring import RoomRing
+from rooms.writer import RoomWriter, TokenBucket
+
+logger = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 1.0
+NOT_WRITER = "not the room's writer"
+
+
+def room_key(tenant_id: int, room_id: str) -> str:
+    return f"{tenant_id}:{room_id}"
+
+
+def split_key(key: str) -> tuple[int, str]:
+    tenant, room_id = key.split(":", 1)
+    return int(tenant), room_id
+
+
+def bump_epoch(tenant_id: int, room_id: str) -> int:
+    """room_epoch + 1, durably, in its own transaction: one per new writer."""
+    with transaction.atomic():
+        room = Room.objects.select_for_update().get(tenant_id=tenant_id, room_id=room_id)
+        room.room_epoch += 1
+        room.save(update_fields=["room_epoch"])
+    return room.room_epoch
+
+
+class RoomService:
+    def __init__(self, node: ConnectionNode, leases: LeaseStore) -> None:
+        self.node = node
+        self.leases = leases
+        self.holder = f"{node.node_id}:{ULID()}"
+        self.writers: dict[str, RoomWriter] = {}
+        self.local = LocalRooms()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._started = False
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return settings.QIM_ROOM_LEASE_TTL_S
+
+    def ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            asyncio.create_task(self._renew_leases(), name="qim-room-leases")
+            asyncio.create_task(self._report_counts(), name="qim-room-counts")
+
+    # --- finding (or becoming) the writer -------------------------------------------------
+
+    async def writer_node(self, key: str, *, acquire: bool) -> str | None:
+        """The node id of the room's writer; with `acquire`, this node when there is none."""
+        if key in self.writers and self.writers[key].holds_lease():
+            return self.node.node_id
+        (holder,) = await self.leases.holders([key])
+        if holder is not None and holder != self.holder:
+            return node_of(holder)
+        if holder is None and not acquire:
+            return None
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key in self.writers and self.writers[key].holds_lease():
+                return self.node.node_id
+            started = time.monotonic()
+            if not await self.leases.acquire(key, self.holder, self.lease_ttl_s):
+                (holder,) = await self.leases.holders([key])
+                return node_of(holder) if holder else None
+            await self._become_writer(key, started)
+        return self.node.node_id
+
+    async def _become_writer(self, key: str, lease_started: float) -> None:
+        tenant_id, room_id = split_key(key)
+        epoch = await in_db_thread(bump_epoch)(tenant_id, room_id)
+        rate = limit("room_msg_rate")
+        self.writers[key] = RoomWriter(
+            key=key,
+            room_id=room_id,
+            tenant_id=tenant_id,
+            epoch=epoch,
+            ring=RoomRing(epoch, int(limit("room_ring_max_items")), limit("room_log_retention_minutes") * 60),
+            bucket=TokenBucket(rate=rate, burst=max(1.0, rate)),
+            publish=self.publish,
+            lease_valid_until=lease_started + self.lease_ttl_s * 0.9,
+        )
+        local = self.local.rooms.get(key)
+        if local is not None and local.count:
+            # Our own members count at once; other nodes re-report within a second.
+            self.writers[key].set_count(self.node.node_id, local.count)
+        self.ensure_started()
+        logger.info("node %s is the writer of room %s, epoch %s", self.node.node_id, key, epoch)
+
+    def local_writer(self, key: str) -> RoomWriter:
+        writer = self.writers.get(key)
+        if writer is None or not writer.holds_lease():
+            raise Refused("conflict", NOT_WRITER)
+        return writer
+
+    async def call_writer(self, key: str, op: str, body: dict[str, Any], *, acquire: bool = True) -> dict[str, Any] | None:
+        """Run `op` on the room's writer, wherever it is, waiting out a dead writer's lease.
+
+        Answers None when `acquire` is false and the room has no writer.
+        """
+        deadline = time.monotonic() + self.lease_ttl_s * 2 + 2
+        while True:
+            node_id = await self.writer_node(key, acquire=acquire)
+            if node_id is None:
+                return None
+            try:
+                return await self.node.call(node_id, op, {"key": key, **body}, timeout=CALL_TIMEOUT_S)
+            except TimeoutError:
+                logger.info("writer %s of room %s did not answer %s", node_id, key, op)
+            except Refused as refused:
+                if refused.message != NOT_WRITER:
+                    raise
+            if time.monotonic() > deadline:
+                raise Refused("internal", "the room's writer is unavailable; retry", retry_after_ms=1000)
+            await asyncio.sleep(0.1)
+
+    # --- delivery ------------------------------------------------------------------------
+
+    async def publish(self, node_id: str, message: dict[str, Any]) -> None:
+        """The writer's batch to one node: straight into this node's rooms when local."""
+        if node_id == self.node.node_id:
+            self.local.on_events(message)
+            return
+        self.node.counters["layer_messages_sent"] += 1
+        await _layer_send(node_channel(node_id), {"type": "room.events", **message})
+
+    # --- background ---------------------------------------------------------------------
+
+    async def _renew_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            for key, writer in list(self.writers.items()):
+                started = time.monotonic()
+                try:
+                    kept = await self.leases.renew(key, self.holder, self.lease_ttl_s)
+                except Exception:
+                    logger.exception("renewing the lease of room %s failed", key)
+                    continue
+                if kept:
+                    writer.lease_valid_until = started + self.lease_ttl_s * 0.9
+                else:
+                    logger.warning("lost the lease of room %s", key)
+                    self.writers.pop(key, None)
+
+    async def _report_counts(self) -> None:
+        """Every second: tell each of our rooms' writers how many members we have (a new
+        writer learns it this way), and let our writers forget nodes that died."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self._report_once()
+            except Exception:
+                logger.exception("reporting room counts failed")
+
+    async def _report_once(self) -> None:
+        rooms = [room for room in self.local.rooms.values() if room.count > 0]
+        holders = await self.leases.holders([room.key for room in rooms])
+        for room, holder in zip(rooms, holders):
+            if holder is None or holder != room.reported_holder:
+                await self.call_writer(room.key, "room.count", {"node": self.node.node_id, "count": room.count})
+                (room.reported_holder,) = await self.leases.holders([room.key])
+        live = await self.node.directory.live_nodes()
+        if live is not None:
+            live.add(self.node.node_id)
+            for writer in self.writers.values():
+                writer.drop_nodes(live)
+
+    async def report_count(self, key: str) -> None:
+        room = self.local.rooms.get(key)
+        count = room.count if room is not None else 0
+        await self.call_writer(key, "room.count", {"node": self.node.node_id, "count": count}, acquire=count > 0)
+
+
+async def _layer_send(channel: str, message: dict[str, Any]) -> None:
+    from channels.layers import get_channel_layer
+
+    await get_channel_layer().send(channel, message)
+
+
+_service: RoomService | None = None
+
+
+def get_room_service() -> RoomService:
+    global _service
+    if _service is None:
+        if settings.QIM_REDIS_URL:
+            from qim.redis_client import get_redis
+
+            leases: LeaseStore = RedisLeaseStore(get_redis)
+        else:
+            leases = MemoryLeaseStore()
+        _service = RoomService(get_node(), leases)
+    return _service
+
+
+# --- what a writer answers (wherever the request came from) ---------------------------------
+
+
+@node_call_handler("room.join")
+async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    writer = get_room_service().local_writer(body["key"])
+    writer.set_count(body["node"], body["count"])
+    return {**writer.replay(body.get("after")), "online_count": writer.online_count}
+
+
+@node_call_handler("room.count")
+async def answer_count(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    writer = get_room_service().local_writer(body["key"])
+    writer.set_count(body["node"], body["count"])
+    return {"online_count": writer.online_count}
+
+
+@node_call_handler("room.replay")
+async def answer_replay(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    return get_room_service().local_writer(body["key"]).replay(body["after"])
+
+
+@node_call_handler("room.send")
+async def answer_send(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    writer = get_room_service().local_writer(body["key"])
+    return await writer.send(
+        sender_id=body["sender_id"], content_type=body["content_type"],
+        payload=body["payload"], client_msg_id=body.get("client_msg_id"),
+    )
+
+
+@node_call_handler("room.info")
+async def answer_info(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    writer = get_room_service().local_writer(body["key"])
+    return {**writer.head(), "online_count": writer.online_count, "nodes": sorted(writer.counts)}
+
+
+@node_call_handler("room.users")
+async def answer_users(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    """Asked of every node with members (promotion): the user ids connected here."""
+    room = get_room_service().local.rooms.get(body["key"])
+    users = sorted({c.user_id for c in (room.members | set(room.joining))}) if room else []
+    return {"user_ids": users}
+
+
+@node_message_handler("room.events")
+async def receive_events(node: ConnectionNode, message: dict[str, Any]) -> None:
+    get_room_service().local.on_events(message)

@@ -1,0 +1,140 @@
+"""RoomWriter: the single writer of one room (§1.2), living on the node that holds its lease.
+
+It allocates room_seq = (room_epoch << 48) | counter, appends to the RoomRing, and sends one
+merged batch to each ConnectionNode that has online members of the room, and nothing to a
+node with none. It knows how many members each node has because nodes report their counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ulid import ULID
+
+from qim.clock import now_ms
+from qim.errors import Refused
+from qim.faults import fault_point
+from rooms.ring import Replay, RoomRing
+
+
+class TokenBucket:
+    """room_msg_rate on the write side: `rate` per second, bursts of up to `burst`."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self.tokens, self.updated = burst, clock()
+
+    def take(self) -> float:
+        """0 when a token was taken, else the seconds until the next one."""
+        now = self._clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.rate
+
+
+@dataclass
+class RoomWriter:
+    key: str
+    room_id: str
+    tenant_id: int
+    epoch: int
+    ring: RoomRing
+    bucket: TokenBucket
+    # Sends a list of events to one node's ConnectionNode (the node's delivery entry point).
+    publish: Callable[[str, dict[str, Any]], Awaitable[None]]
+    # Until when the lease is known to be ours (monotonic); past it, nothing is appended.
+    lease_valid_until: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    _recent_sends: "OrderedDict[tuple[str, str], dict]" = field(default_factory=OrderedDict)
+
+    def holds_lease(self) -> bool:
+        return time.monotonic() < self.lease_valid_until
+
+    def set_count(self, node_id: str, count: int) -> None:
+        if count > 0:
+            self.counts[node_id] = count
+        else:
+            self.counts.pop(node_id, None)
+
+    def drop_nodes(self, live: set[str]) -> None:
+        """Forget nodes that died (their connections are gone with them)."""
+        for node_id in [n for n in self.counts if n not in live]:
+            del self.counts[node_id]
+
+    @property
+    def online_count(self) -> int:
+        return sum(self.counts.values())
+
+    def head(self) -> dict[str, Any]:
+        return {
+            "room_id": self.room_id,
+            "room_epoch": self.epoch,
+            "latest_room_seq": self.ring.latest_room_seq,
+            "earliest_replay_room_seq": self.ring.earliest_room_seq,
+        }
+
+    def replay(self, after_room_seq: int | None) -> dict[str, Any]:
+        """The ROOM_BATCH body answering a join or replay (§8)."""
+        outcome = self.ring.replay(after_room_seq) if after_room_seq is not None else Replay([], False)
+        body = {**self.head(), "events": outcome.events, "replay_truncated": outcome.truncated}
+        if outcome.reason is not None:
+            body["replay_truncated_reason"] = outcome.reason
+        return body
+
+    async def send(
+        self, *, sender_id: str, content_type: str, payload: Any, client_msg_id: str | None
+    ) -> dict[str, Any]:
+        """Append one message and fan it out; answers {message_id, room_seq}.
+
+        A retry with the same client_msg_id while the original is still in the ring answers
+        the original (the design's dedupe id). Raises Refused("rate_limited").
+        """
+        if not self.holds_lease():
+            # Fencing: a writer that may have lost its lease never appends.
+            raise Refused("conflict", "this node lost the room's lease; retry")
+        dedupe_key = (sender_id, client_msg_id) if client_msg_id else None
+        if dedupe_key is not None:
+            earlier = self._recent_sends.get(dedupe_key)
+            earliest = self.ring.earliest_room_seq
+            if earlier is not None and earliest is not None and earlier["room_seq"] >= earliest:
+                return earlier
+        wait_s = self.bucket.take()
+        if wait_s:
+            raise Refused("rate_limited", "room_msg_rate reached", retry_after_ms=max(1, int(wait_s * 1000)))
+        event = {
+            "room_seq": self.ring.next_seq(),
+            "message_id": str(ULID()),
+            "sender_id": sender_id,
+            "content_type": content_type,
+            "payload": payload,
+            "sent_at_ms": now_ms(),
+        }
+        self.ring.append(event)
+        fault_point("room.after_append")
+        ack = {"message_id": event["message_id"], "room_seq": event["room_seq"]}
+        if dedupe_key is not None:
+            self._recent_sends[dedupe_key] = ack
+            while len(self._recent_sends) > self.ring.max_items:
+                self._recent_sends.popitem(last=False)
+        await self._broadcast([event])
+        return ack
+
+    async def _broadcast(self, events: list[dict[str, Any]]) -> None:
+        message = {
+            "room": self.key,
+            "tenant": self.tenant_id,
+            "room_id": self.room_id,
+            "room_epoch": self.epoch,
+            "events": events,
+            "latest_room_seq": self.ring.latest_room_seq,
+            "earliest_replay_room_seq": self.ring.earliest_room_seq,
+        }
+        for node_id in [n for n, count in self.counts.items() if count > 0]:
+            await self.publish(node_id, message)
