@@ -3,11 +3,14 @@
 from .backoff import Backoff
 from .codec import Frame, decode_frame, encode_frame
 from .connection import CLOSE_AUTH_TIMEOUT, CLOSE_UNAUTHENTICATED, QimClient
+from .cursor import CursorStore, JsonFileCursorStore, MemoryCursorStore
 from .errors import ApiError, AuthError, ConnectionLost, QimClientError, QimError
+from .messaging import new_client_msg_id
 from .rest import RestClient, login
+from .sync import EventCallback, MailboxEvent, MailboxSync
 from .urls import websocket_url
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 __all__ = [
     "CLOSE_AUTH_TIMEOUT",
@@ -16,7 +19,13 @@ __all__ = [
     "AuthError",
     "Backoff",
     "ConnectionLost",
+    "CursorStore",
+    "EventCallback",
     "Frame",
+    "JsonFileCursorStore",
+    "MailboxEvent",
+    "MailboxSync",
+    "MemoryCursorStore",
     "QimClient",
     "QimClientError",
     "QimError",
@@ -24,5 +33,6 @@ __all__ = [
     "decode_frame",
     "encode_frame",
     "login",
+    "new_client_msg_id",
     "websocket_url",
 ]

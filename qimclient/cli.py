@@ -7,11 +7,11 @@ import asyncio
 import json
 import logging
 import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from .connection import QimClient
+from .cursor import JsonFileCursorStore
 from .errors import ApiError, AuthError, ConnectionLost, QimError
 from .rest import login
 from .urls import websocket_url
@@ -33,8 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     login_parser.add_argument("--device-id", required=True, help="the device the token is bound to")
     login_parser.set_defaults(run=_run_login)
 
-    tail_parser = commands.add_parser("tail", help="print AUTH_OK, then every received frame as a JSON line")
+    tail_parser = commands.add_parser(
+        "tail", help="print AUTH_OK, the synced mailbox events, then every received frame as a JSON line"
+    )
     _add_session_arguments(tail_parser)
+    tail_parser.add_argument(
+        "--cursor-file", help="keep the mailbox cursor in this JSON file, so the next tail resumes after it"
+    )
+    tail_parser.add_argument(
+        "--no-sync", action="store_true", help="no SYNC catch-up: print raw frames only, EVENT pushes as they come"
+    )
     tail_parser.set_defaults(run=_run_tail)
 
     send_parser = commands.add_parser("send", help="SEND a message to a conversation and print the reply")
@@ -89,7 +97,7 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for AUTH_OK and replies")
 
 
-def _client(arguments: argparse.Namespace, *, reconnect: bool) -> QimClient:
+def _client(arguments: argparse.Namespace, *, reconnect: bool, sync: bool = False, **options: Any) -> QimClient:
     return QimClient(
         websocket_url(arguments.url),
         arguments.token,
@@ -97,6 +105,8 @@ def _client(arguments: argparse.Namespace, *, reconnect: bool) -> QimClient:
         request_timeout=arguments.timeout,
         reconnect=reconnect,
         origin=arguments.origin,
+        sync=sync,
+        **options,
     )
 
 
@@ -113,7 +123,14 @@ async def _run_login(arguments: argparse.Namespace) -> int:
 
 
 async def _run_tail(arguments: argparse.Namespace) -> int:
-    client = _client(arguments, reconnect=True)
+    sync = not arguments.no_sync
+    store = JsonFileCursorStore(arguments.cursor_file) if arguments.cursor_file else None
+    # Events are printed by the callback, so none need queueing for next_event.
+    options = {"cursor_store": store, "max_queued_events": 0} if sync else {}
+    client = _client(arguments, reconnect=True, sync=sync, **options)
+    if sync:
+        # The same line shape as a raw EVENT push, but each event once, in mailbox_seq order.
+        client.on_event(lambda event: _print_line({"type": "EVENT", "event": event}))
     _print_line(await client.connect())
 
     async def announce_reconnect(reconnected: QimClient) -> None:
@@ -123,9 +140,11 @@ async def _run_tail(arguments: argparse.Namespace) -> int:
     try:
         while not client.is_closed:
             try:
-                _print_line(await client.next_push(timeout=1.0))
+                frame = await client.next_push(timeout=1.0)
             except TimeoutError:
                 continue
+            if not (sync and frame.get("type") == "EVENT"):
+                _print_line(frame)
         print(f"connection closed for good: {client.last_error or client.close_code}", file=sys.stderr)
         return 1
     finally:
@@ -135,13 +154,7 @@ async def _run_tail(arguments: argparse.Namespace) -> int:
 async def _run_send(arguments: argparse.Namespace) -> int:
     payload = {"text": arguments.text} if arguments.text is not None else json.loads(arguments.payload)
     async with _client(arguments, reconnect=False) as client:
-        reply = await client.request(
-            "SEND",
-            conversation_id=arguments.conversation,
-            client_msg_id=uuid.uuid4().hex,
-            content_type=arguments.content_type,
-            payload=payload,
-        )
+        reply = await client.send_message(arguments.conversation, arguments.content_type, payload)
     _print_line(reply)
     return 0
 

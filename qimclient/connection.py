@@ -1,4 +1,4 @@
-"""QimClient: one authenticated WebSocket session with request/reply matching, pushes and reconnect."""
+"""QimClient: one authenticated WebSocket session with request/reply matching, pushes, reconnect and mailbox sync."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -14,8 +14,11 @@ from websockets.exceptions import ConnectionClosed
 
 from .backoff import Backoff
 from .codec import Frame, decode_frame, encode_frame
+from .cursor import CursorStore
 from .errors import AuthError, ConnectionLost, QimError
+from .messaging import ConversationRequests, new_client_msg_id
 from .pushes import PushCallback, PushCallbacks, PushQueue
+from .sync import EventCallback, MailboxEvent, MailboxSync
 
 logger = logging.getLogger("qimclient")
 
@@ -32,11 +35,13 @@ MAX_INCOMING_BYTES = 64 * 1024 * 1024
 _ABANDONED_MEMORY = 1024
 
 
-class QimClient:
+class QimClient(ConversationRequests):
     """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
 
     Frames carrying a `req_id` of a pending `request()` resolve it; everything else (pushes,
     and answers to frames sent with `send_frame`) goes to the push queue and callbacks.
+    With `sync` on, mailbox events also flow, ordered and deduplicated, through MailboxSync
+    (`on_event`, `next_event`): a SYNC catch-up on every connect and reconnect, then EVENTs.
     """
 
     def __init__(
@@ -51,6 +56,11 @@ class QimClient:
         origin: str | None = None,
         backoff: Backoff | None = None,
         max_queued_pushes: int = 10_000,
+        sync: bool = True,
+        cursor_store: CursorStore | None = None,
+        sync_page_size: int | None = None,
+        max_queued_events: int = 10_000,
+        client_msg_ids: Callable[[], str] = new_client_msg_id,
     ) -> None:
         self.ws_url = ws_url
         self.token = token
@@ -60,6 +70,7 @@ class QimClient:
         self.reconnect = reconnect
         self.origin = origin
         self.backoff = backoff if backoff is not None else Backoff()
+        self.client_msg_ids = client_msg_ids
         # The AUTH_OK of the current (or last) session.
         self.auth_ok: Frame | None = None
         # Close code and reason of the last socket that closed, whoever closed it.
@@ -67,8 +78,13 @@ class QimClient:
         self.close_reason: str | None = None
         # Why reconnecting stopped, when it gave up (e.g. the token was revoked).
         self.last_error: BaseException | None = None
-        # The device's mailbox position (§5 SYNC `after_mailbox_seq`); 0 is the beginning.
-        self.cursor: int = 0
+        # The ordered event stream; None with sync=False (then `cursor` is only yours to move).
+        self.mailbox: MailboxSync | None = None
+        if sync:
+            self.mailbox = MailboxSync(
+                self, cursor_store, page_size=sync_page_size, max_queued_events=max_queued_events, backoff=self.backoff
+            )
+        self._cursor = 0
         self.reconnects = 0
         self.invalid_frames = 0
         # Awaited in order after each successful reconnect, e.g. to SYNC from `cursor`.
@@ -106,6 +122,8 @@ class QimClient:
             raise
         self._install(ws, auth_ok)
         self._supervisor = asyncio.create_task(self._supervise(), name="qimclient-reader")
+        if self.mailbox is not None:
+            self.mailbox.start()
         return auth_ok
 
     async def close(self) -> None:
@@ -119,6 +137,8 @@ class QimClient:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait([task])
+        if self.mailbox is not None:
+            await self.mailbox.stop()
         self._connected.clear()
         self._fail_pending(ConnectionLost("client closed the connection", self.close_code))
         self._finished.set()
@@ -139,6 +159,22 @@ class QimClient:
     def is_closed(self) -> bool:
         """True once closed for good: `close()` was called, or reconnecting gave up."""
         return self._finished.is_set()
+
+    @property
+    def cursor(self) -> int:
+        """The device's mailbox position (§5 SYNC `after_mailbox_seq`); 0 is the beginning.
+
+        With sync on, MailboxSync moves (and saves) it; set it only before `connect()`.
+        """
+        return self.mailbox.cursor if self.mailbox is not None else self._cursor
+
+    @cursor.setter
+    def cursor(self, mailbox_seq: int) -> None:
+        if self.mailbox is not None:
+            self.mailbox.cursor = mailbox_seq
+            self.mailbox.store.save(mailbox_seq)
+        else:
+            self._cursor = mailbox_seq
 
     @property
     def user_id(self) -> str | None:
@@ -232,15 +268,31 @@ class QimClient:
         """
         return self._callbacks.add(frame_type, callback)
 
-    # Helpers for common requests
+    # Mailbox events (sync on)
 
-    async def subscribe_presence(self, user_ids: Iterable[str]) -> dict[str, bool]:
-        """PRESENCE_SUB: returns the current `{user_id: online}`; PRESENCE pushes follow each change.
+    def on_event(self, callback: EventCallback) -> Callable[[], None]:
+        """Call `callback(event)` for each mailbox event, once, in `mailbox_seq` order; returns its remover.
 
-        Subscriptions live on the server connection, so an `on_reconnect` hook must repeat them.
+        Register before `connect()` to see the catch-up too. Async callbacks are awaited in
+        turn (the stream waits for them), so they must not wait for the stream themselves
+        (`wait_synced`, `next_event`); a failing callback is logged and the stream goes on.
         """
-        ack = await self.request("PRESENCE_SUB", user_ids=list(user_ids))
-        return ack["presence"]
+        return self._require_mailbox().on_event(callback)
+
+    async def next_event(self, timeout: float | None = 10.0) -> MailboxEvent:
+        """The next mailbox event (the `event` object of EVENT / SYNC_BATCH), in order, never twice.
+
+        Raises TimeoutError when none arrives within `timeout` seconds; None waits forever.
+        """
+        return await self._require_mailbox().next_event(timeout)
+
+    def drain_events(self) -> list[MailboxEvent]:
+        """All queued mailbox events, oldest first, without waiting."""
+        return self._require_mailbox().drain_events()
+
+    async def wait_synced(self, timeout: float | None = 10.0) -> None:
+        """Wait until every event the server announced so far was handed on (catch-up done)."""
+        await self._require_mailbox().wait_synced(timeout)
 
     # Internals: handshake
 
@@ -319,6 +371,9 @@ class QimClient:
                 await self._read_frames(ws)
                 self._connected.clear()
                 self._record_close(ws)
+                if self.mailbox is not None and not self._closing:
+                    # Pushes sent while we are away are lost; the next session must SYNC.
+                    self.mailbox.request_sync()
                 reason = "client closed the connection" if self._closing else "connection lost"
                 self._fail_pending(ConnectionLost(reason, self.close_code))
                 if not self._should_reconnect():
@@ -362,6 +417,8 @@ class QimClient:
                 return
         self._pushes.put(frame)
         self._callbacks.dispatch(frame)
+        if self.mailbox is not None and frame.get("type") == "EVENT":
+            self.mailbox.offer(frame.get("event"))
 
     def _should_reconnect(self) -> bool:
         if self._closing or not self.reconnect:
@@ -411,6 +468,11 @@ class QimClient:
                 logger.exception("on_reconnect hook %r failed", hook)
 
     # Internals: bookkeeping
+
+    def _require_mailbox(self) -> MailboxSync:
+        if self.mailbox is None:
+            raise RuntimeError("mailbox events need QimClient(..., sync=True)")
+        return self.mailbox
 
     def _require_socket(self) -> ClientConnection:
         if self._ws is None or not self._connected.is_set():

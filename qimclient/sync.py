@@ -1,0 +1,291 @@
+"""MailboxSync: a device's ordered, deduplicated mailbox event stream (SYNC catch-up, then EVENT pushes)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from .backoff import Backoff
+from .codec import Frame
+from .cursor import CursorStore, MemoryCursorStore
+from .errors import ConnectionLost, QimError
+
+logger = logging.getLogger("qimclient")
+
+MailboxEvent = dict[str, Any]
+EventCallback = Callable[[MailboxEvent], Awaitable[None] | None]
+
+# Live EVENTs held while a catch-up runs or the reader is stalled; past this they are
+# dropped and one SYNC fetches them again, so memory stays bounded and nothing is lost.
+MAX_HELD_LIVE_EVENTS = 10_000
+
+
+class SyncSession(Protocol):
+    """What MailboxSync needs from the connection (QimClient satisfies it; unit tests fake it)."""
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    async def request(self, frame_type: str, /, **fields: Any) -> Frame: ...
+
+    async def wait_connected(self, timeout: float | None = None) -> None: ...
+
+
+class MailboxSync:
+    """Hands each mailbox event on exactly once, in `mailbox_seq` order, and moves the cursor.
+
+    One task (the pump) does all the work, so catch-ups never overlap and ordering holds:
+    a requested catch-up (connect, reconnect, a possible gap) pages SYNC from the cursor
+    until `has_more` is false; live EVENTs wait their turn and are dropped when the cursor
+    already covers them. `mailbox_seq` gaps are normal (§5: entries that originated on this
+    device are skipped), so a gap only triggers a SYNC, which decides.
+
+    The pump never interprets `kind` or `custom_type`: unknown ones are handed on like any
+    other. Only an event without an integer `mailbox_seq` is dropped (and counted).
+    """
+
+    def __init__(
+        self,
+        session: SyncSession,
+        store: CursorStore | None = None,
+        *,
+        page_size: int | None = None,
+        max_queued_events: int = 10_000,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.session = session
+        self.store = store if store is not None else MemoryCursorStore()
+        self.page_size = page_size
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.cursor: int = self.store.load() or 0
+        # Counters, for tests and operators.
+        self.catch_ups = 0
+        self.gap_fills = 0
+        self.invalid_events = 0
+        self._queue: asyncio.Queue[MailboxEvent] | None = (
+            asyncio.Queue(max_queued_events) if max_queued_events > 0 else None
+        )
+        self._callbacks: list[EventCallback] = []
+        self._live: deque[MailboxEvent] = deque()
+        # A catch-up is owed while requested > satisfied; a drop during a catch-up bumps
+        # `requested`, so that catch-up cannot count for the reconnect that follows.
+        self._sync_requested = 0
+        self._sync_satisfied = 0
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._stopped.set()
+        self._task: asyncio.Task[None] | None = None
+
+    # Lifecycle (driven by QimClient)
+
+    def start(self) -> None:
+        """Start the pump if it is not running; a fresh session always owes a catch-up."""
+        self.request_sync()
+        if self._task is None or self._task.done():
+            self._stopped.clear()
+            self._task = asyncio.create_task(self._run(), name="qimclient-mailbox-sync")
+
+    async def stop(self) -> None:
+        """Stop the pump (at close); the cursor is already saved after each hand-on."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        self._stopped.set()
+
+    def request_sync(self) -> None:
+        """Owe one catch-up from the cursor: on connect, on a drop, on a possible gap."""
+        self._sync_requested += 1
+        self._idle.clear()
+        self._wake.set()
+
+    def offer(self, event: Any) -> None:
+        """A live EVENT's event object, from the reader; never blocks, never raises."""
+        if _seq_of(event) is None:
+            self._note_invalid(event)
+            return
+        if len(self._live) >= MAX_HELD_LIVE_EVENTS:
+            logger.warning("more than %d live events held; dropping them for one SYNC", MAX_HELD_LIVE_EVENTS)
+            self._live.clear()
+            self.request_sync()
+            return
+        self._live.append(event)
+        self._idle.clear()
+        self._wake.set()
+
+    # Consumers
+
+    def on_event(self, callback: EventCallback) -> Callable[[], None]:
+        """Register `callback(event)`; returns its remover. Async callbacks are awaited in order."""
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return remove
+
+    async def next_event(self, timeout: float | None = 10.0) -> MailboxEvent:
+        """The next event in `mailbox_seq` order; TimeoutError after `timeout` s (None: forever)."""
+        queue = self._require_queue()
+        try:
+            async with asyncio.timeout(timeout):
+                return await queue.get()
+        except TimeoutError:
+            raise TimeoutError(f"no mailbox event within {timeout} s") from None
+
+    def drain_events(self) -> list[MailboxEvent]:
+        """Every queued event, oldest first, without waiting."""
+        queue = self._require_queue()
+        events = []
+        while not queue.empty():
+            events.append(queue.get_nowait())
+        return events
+
+    async def wait_synced(self, timeout: float | None = 10.0) -> None:
+        """Wait until no catch-up is owed and no live event is held: everything the server has
+        announced so far was handed on. ConnectionLost if the pump stops first (client closed)."""
+        async with asyncio.timeout(timeout):
+            while not self._idle.is_set():
+                if self._stopped.is_set():
+                    raise ConnectionLost("the client closed before the mailbox was synced")
+                waiters = [asyncio.ensure_future(e.wait()) for e in (self._idle, self._stopped)]
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in waiters:
+                        waiter.cancel()
+
+    # The pump
+
+    async def _run(self) -> None:
+        failures = 0
+        try:
+            while True:
+                if not self._owes_work():
+                    # No await between the check and setting idle: an offer() cannot slip between.
+                    self._idle.set()
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                try:
+                    await self._step()
+                    failures = 0
+                    continue
+                except ConnectionLost:
+                    if self.session.is_closed:
+                        return
+                    # The next step waits for the reconnect, then syncs from the cursor. The
+                    # first pause is a bare yield, so the reader can notice the drop.
+                    self.request_sync()
+                    pause = 0.0 if failures == 0 else self.backoff.delay(failures)
+                except (QimError, TimeoutError) as error:
+                    retry_after = (error.retry_after_ms or 0) / 1000 if isinstance(error, QimError) else 0.0
+                    pause = max(self.backoff.delay(failures), retry_after)
+                    logger.warning("SYNC failed (%s); retrying in %.2f s", error, pause)
+                except Exception:  # a bug here must not end the stream
+                    pause = self.backoff.delay(failures)
+                    logger.exception("mailbox sync failed; retrying in %.2f s", pause)
+                failures += 1
+                await asyncio.sleep(pause)
+        finally:
+            self._stopped.set()
+
+    def _owes_work(self) -> bool:
+        return self._sync_requested > self._sync_satisfied or bool(self._live)
+
+    async def _step(self) -> None:
+        if self._sync_requested > self._sync_satisfied:
+            await self._catch_up()
+            return
+        event = self._live[0]
+        seq = _seq_of(event)
+        assert seq is not None  # offer() admits only events with one
+        if seq > self.cursor + 1:
+            # Maybe lost, maybe skipped as our own device's: SYNC from the cursor decides.
+            self.gap_fills += 1
+            self.request_sync()
+            await self._catch_up()
+        self._live.popleft()
+        # After a gap fill this is normally covered; if SYNC did not see it, hand it on anyway.
+        if seq > self.cursor:
+            await self._hand_on(event)
+            self._save()
+
+    async def _catch_up(self) -> None:
+        """Page SYNC from the cursor until `has_more` is false; the cursor is saved per page."""
+        owed = self._sync_requested
+        await self.session.wait_connected(timeout=None)
+        while True:
+            fields: dict[str, Any] = {"after_mailbox_seq": self.cursor}
+            if self.page_size is not None:
+                fields["limit"] = self.page_size
+            batch = await self.session.request("SYNC", **fields)
+            before = self.cursor
+            for event in self._ordered(batch.get("events")):
+                if _seq_of(event) > self.cursor:  # type: ignore[operator]  # _ordered checked it
+                    await self._hand_on(event)
+            next_seq = batch.get("next_mailbox_seq")
+            if _is_seq(next_seq) and next_seq > self.cursor:
+                # Past entries skipped for this device, too (§5).
+                self.cursor = next_seq
+            self._save()
+            if not batch.get("has_more"):
+                break
+            if self.cursor == before:
+                logger.warning("SYNC said has_more without moving past %d; stopping this catch-up", before)
+                break
+        self._sync_satisfied = max(self._sync_satisfied, owed)
+        self.catch_ups += 1
+
+    def _ordered(self, events: Any) -> list[MailboxEvent]:
+        valid = []
+        for event in events if isinstance(events, list) else []:
+            if _seq_of(event) is None:
+                self._note_invalid(event)
+            else:
+                valid.append(event)
+        return sorted(valid, key=lambda event: event["mailbox_seq"])
+
+    async def _hand_on(self, event: MailboxEvent) -> None:
+        if self._queue is not None:
+            await self._queue.put(event)  # a full queue holds the pump: backpressure, not loss
+        self.cursor = event["mailbox_seq"]
+        for callback in list(self._callbacks):
+            try:
+                result = callback(event)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("event callback %r failed on mailbox_seq %s", callback, event["mailbox_seq"])
+
+    def _save(self) -> None:
+        try:
+            self.store.save(self.cursor)
+        except Exception:
+            # The stream goes on; a restart would re-deliver from the last saved cursor.
+            logger.exception("could not save the mailbox cursor %d", self.cursor)
+
+    def _require_queue(self) -> asyncio.Queue[MailboxEvent]:
+        if self._queue is None:
+            raise RuntimeError("events are not queued (max_queued_events=0); use on_event")
+        return self._queue
+
+    def _note_invalid(self, event: Any) -> None:
+        self.invalid_events += 1
+        logger.warning("ignoring a mailbox event without an integer mailbox_seq: %.200r", event)
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _seq_of(event: Any) -> int | None:
+    if isinstance(event, dict) and _is_seq(event.get("mailbox_seq")):
+        return event["mailbox_seq"]  # type: ignore[no-any-return]
+    return None
