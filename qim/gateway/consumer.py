@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import msgspec
+from autobahn.exception import Disconnected
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from ulid import ULID
@@ -90,7 +91,12 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=codec.encode(frame))
 
     async def send_text(self, text: str) -> None:
-        await self.send(text_data=text)
+        """A push to this socket. A socket that closed a moment ago just misses it: its
+        disconnect is on its way, and what it missed is in the mailbox or the ring."""
+        try:
+            await self.send(text_data=text)
+        except Disconnected:
+            pass
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")

@@ -1,0 +1,142 @@
+"""REACTION_UPDATE pushes: to members online now, grouped by node, at most one frame per
+(conversation, seq) per reaction_push_merge_window, and the last state always delivered.
+
+The window is shared by all nodes: whoever opens it (SET NX with expiry, in Redis when
+QIM_REDIS_URL is set) pushes at once and, when the window closes, pushes again if the summary
+moved meanwhile, reading the summary from the database, which is the truth. REACTs on other
+nodes inside the window push nothing. Counts are absolute, so a dropped frame costs nothing
+but freshness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from django.conf import settings
+
+from qim.clock import now_ms
+from qim.conf import limit
+from qim.db import in_db_thread
+from qim.gateway import codec
+from qim.gateway.node import get_node
+from qim.notify import UserPush
+from qim.queries.conversations import current_members
+from reactions.models import MessageReactionSummary
+
+logger = logging.getLogger(__name__)
+
+_MEMBERS_TTL_S = 5.0
+_members: dict[str, tuple[float, list[str]]] = {}
+
+
+class MergeWindows(Protocol):
+    async def open(self, key: str, window_s: float) -> bool:
+        """True when no window was open for `key` (the caller owns the new one)."""
+
+    async def restart(self, key: str, window_s: float) -> None:
+        """The owner's window runs `window_s` from now: it just pushed."""
+
+
+class MemoryMergeWindows:
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+
+    async def open(self, key: str, window_s: float) -> bool:
+        now = time.monotonic()
+        if self._until.get(key, 0.0) > now:
+            return False
+        self._until[key] = now + window_s
+        return True
+
+    async def restart(self, key: str, window_s: float) -> None:
+        self._until[key] = time.monotonic() + window_s
+
+
+class RedisMergeWindows:
+    PREFIX = "qim:reaction:window:"
+
+    def __init__(self, redis_factory) -> None:  # type: ignore[no-untyped-def]
+        self._redis = redis_factory
+
+    async def open(self, key: str, window_s: float) -> bool:
+        return bool(await self._redis().set(self.PREFIX + key, "1", nx=True, px=max(1, int(window_s * 1000))))
+
+    async def restart(self, key: str, window_s: float) -> None:
+        await self._redis().set(self.PREFIX + key, "1", px=max(1, int(window_s * 1000)))
+
+
+def _online_member_ids(conversation_id: str) -> list[str]:
+    cached = _members.get(conversation_id)
+    if cached is not None and time.monotonic() - cached[0] < _MEMBERS_TTL_S:
+        return cached[1]
+    members = list(current_members(conversation_id).values())
+    _members[conversation_id] = (time.monotonic(), members)
+    return members
+
+
+def _summary_state(conversation_id: str, seq: int) -> tuple[dict, int] | None:
+    row = MessageReactionSummary.objects.filter(conversation_id=conversation_id, conversation_seq=seq).values_list(
+        "counts", "summary_version"
+    ).first()
+    return (row[0], row[1]) if row else None
+
+
+class ReactionPusher:
+    def __init__(self, windows: MergeWindows) -> None:
+        self.windows = windows
+        self.frames_sent = 0
+
+    async def changed(self, tenant_id: int, conversation_id: str, seq: int, counts: dict, version: int) -> None:
+        """Called after a REACT that changed the summary has committed."""
+        window = limit("reaction_push_merge_window_s")
+        key = f"{conversation_id}:{seq}"
+        if not await self.windows.open(key, window):
+            return
+        await self._push(tenant_id, conversation_id, seq, counts, version)
+        # The window counts from the push itself, which can take a while for a big group.
+        await self.windows.restart(key, window)
+        asyncio.create_task(self._trailing(tenant_id, conversation_id, seq, version, window))
+
+    async def _trailing(self, tenant_id: int, conversation_id: str, seq: int, pushed: int, window: float) -> None:
+        """At each window's end: push again if the summary moved, and keep the window open."""
+        try:
+            while True:
+                await asyncio.sleep(window)
+                state = await in_db_thread(_summary_state)(conversation_id, seq)
+                if state is None or state[1] <= pushed:
+                    return
+                if not await self.windows.open(f"{conversation_id}:{seq}", window):
+                    return  # someone else opened the next window and will push it
+                counts, pushed = state
+                await self._push(tenant_id, conversation_id, seq, counts, pushed)
+                await self.windows.restart(f"{conversation_id}:{seq}", window)
+        except Exception:
+            logger.exception("trailing REACTION_UPDATE for %s#%s failed", conversation_id, seq)
+
+    async def _push(self, tenant_id: int, conversation_id: str, seq: int, counts: dict, version: int) -> None:
+        members = await in_db_thread(_online_member_ids)(conversation_id)
+        text = codec.encode({
+            "type": "REACTION_UPDATE", "conversation_id": conversation_id,
+            "conversation_seq": seq, "counts": counts, "summary_version": version,
+            "pushed_at_ms": now_ms(),
+        })
+        self.frames_sent += 1
+        await get_node().send_to_users(UserPush(tenant_id=tenant_id, user_ids=members, text=text))
+
+
+_pusher: ReactionPusher | None = None
+
+
+def get_pusher() -> ReactionPusher:
+    global _pusher
+    if _pusher is None:
+        if settings.QIM_REDIS_URL:
+            from qim.redis_client import get_redis
+
+            _pusher = ReactionPusher(RedisMergeWindows(get_redis))
+        else:
+            _pusher = ReactionPusher(MemoryMergeWindows())
+    return _pusher
