@@ -33,6 +33,7 @@ _CODES_BY_EXCEPTION: list[tuple[type[Exception], str]] = [
     (exceptions.UnsupportedMediaType, "bad_request"),
     (exceptions.MethodNotAllowed, "method_not_allowed"),
     (exceptions.Throttled, "rate_limited"),
+    (exceptions.NotAcceptable, "not_acceptable"),
 ]
 
 
@@ -71,6 +72,11 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
 
 def json_not_found(request, exception=None):  # type: ignore[no-untyped-def]
     return JsonResponse({"code": "not_found", "message": "no such path"}, status=404)
+
+
+def json_bad_request(request, exception=None):  # type: ignore[no-untyped-def]
+    # Django answers here for a disallowed Host header, before any view runs.
+    return JsonResponse({"code": "bad_request", "message": "bad request (is the Host allowed?)"}, status=400)
 
 
 def json_server_error(request):  # type: ignore[no-untyped-def]

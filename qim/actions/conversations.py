@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 
 from qim.actions.log import Appended, append_to_log, lock_conversation
 from qim.clock import now_ms
-from qim.content_types import MEMBERSHIP, builtin_policy
+from qim.content_types import MEMBERSHIP, builtin_policy, rendering_policy
 from qim.errors import Refused
 from qim.gateway import codec
 from qim.models import Conversation, MembershipInterval, Tenant, User
@@ -86,7 +86,8 @@ def _log_membership(
         conversation,
         sender=actor,
         sender_device_id=device_id,
-        policy=builtin_policy(MEMBERSHIP),
+        # The tenant's registry row decides (an admin may make joins count, protocol.md §6).
+        policy=rendering_policy(conversation.tenant_id, MEMBERSHIP) or builtin_policy(MEMBERSHIP),
         payload_json=payload,
         recipients=recipients,
         now_ms=now,

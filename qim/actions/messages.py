@@ -24,7 +24,7 @@ class SendAck:
         return {"type": "ACK", **self.__dict__}
 
 
-def _earlier_send(sender_pk: int, client_msg_id: str) -> SendAck | None:
+def earlier_send(sender_pk: int, client_msg_id: str) -> SendAck | None:
     record = MessageRecord.objects.filter(sender_id=sender_pk, client_msg_id=client_msg_id).first()
     if record is None:
         return None
@@ -47,7 +47,7 @@ def do_send_message(
     with the same client_msg_id answers the first ACK and writes nothing, also when two
     retries race (the unique constraint decides). Non-members get `forbidden`.
     """
-    earlier = _earlier_send(sender.pk, client_msg_id)
+    earlier = earlier_send(sender.pk, client_msg_id)
     if earlier is not None:
         return earlier
     try:
@@ -70,7 +70,7 @@ def do_send_message(
                 target_conversation_seq=target_conversation_seq,
             )
     except IntegrityError:
-        earlier = _earlier_send(sender.pk, client_msg_id)
+        earlier = earlier_send(sender.pk, client_msg_id)
         if earlier is None:
             raise
         return earlier

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from qim.actions.messages import do_send_message
+from qim.actions.messages import SendAck, do_send_message, earlier_send
 from qim.conf import limit
 from qim.clock import now_ms
 from qim.content_types import (
@@ -104,12 +104,17 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
     anchored = policy.delivery_class == PERSISTENT and policy.anchor_mode == ANCHOR_TARGET
     if anchored != (frame.target_conversation_seq is not None):
         raise Refused("bad_frame", "target_conversation_seq goes with (and only with) anchor_target types")
-    await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
     if policy.delivery_class == EPHEMERAL:
+        await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
         return await relay_ephemeral(conn, frame, payload_json)
+    # Refusals that cost nothing come before the rate budget is touched, and so does a retry:
+    # it must get its first ACK, not rate_limited (a refused request leaves no side effect).
+    earlier = await in_db_thread(check_send_allowed)(conn, frame.conversation_id, frame.client_msg_id)
+    if earlier is not None:
+        return earlier.frame()
+    await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
 
     def send() -> dict:
-        access_conversation(conn.tenant_id, frame.conversation_id)
         ack = do_send_message(
             conn.user, conn.device_id, frame.conversation_id, frame.client_msg_id, policy, payload_json,
             target_conversation_seq=frame.target_conversation_seq,
@@ -117,6 +122,17 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
         return ack.frame()
 
     return await in_db_thread(send)()
+
+
+def check_send_allowed(conn: Connection, conversation_id: str, client_msg_id: str) -> SendAck | None:
+    """The first ACK of a retried SEND, or None once the conversation is this tenant's and the
+    sender a member (else Refused). The write re-checks under the conversation's lock."""
+    earlier = earlier_send(conn.user_pk, client_msg_id)
+    if earlier is not None:
+        return earlier
+    conversation = access_conversation(conn.tenant_id, conversation_id)
+    require_current_member(conversation, conn.user_pk)
+    return None
 
 
 async def relay_ephemeral(conn: Connection, frame: Send, payload_json: str) -> dict:
