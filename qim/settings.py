@@ -84,6 +84,8 @@ QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
 # How long a RoomWriter's lease lasts without renewal (renewed every third of it): after a
 # writer dies, another node takes the room over within about this long.
 QIM_ROOM_LEASE_TTL_S = env.float("QIM_ROOM_LEASE_TTL_S", default=5.0)
+# Unread bytes a socket may have queued on its node before it is closed (4429) as too slow.
+QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
 QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
 

@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_AUTH_TIMEOUT = 4408
+# A socket that does not read its pushes: closed so it cannot make its node hold megabytes
+# for it; the client reconnects and heals by SYNC and room replay.
+CLOSE_TOO_SLOW = 4429
 
 
 class AuthFrame(msgspec.Struct):
@@ -93,10 +96,45 @@ class GatewayConsumer(AsyncWebsocketConsumer):
     async def send_text(self, text: str) -> None:
         """A push to this socket. A socket that closed a moment ago just misses it: its
         disconnect is on its way, and what it missed is in the mailbox or the ring."""
+        if self._too_slow:
+            return
+        if self.outbound_buffer_bytes() > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
+            await self._drop_slow_socket()
+            return
         try:
             await self.send(text_data=text)
         except Disconnected:
             pass
+
+    _too_slow = False
+
+    def _transport(self):  # type: ignore[no-untyped-def]
+        """Daphne's Twisted transport under this socket: daphne hands every application
+        `partial(server.handle_reply, protocol)` as its send callable."""
+        protocol = (getattr(self.base_send, "args", None) or (None,))[0]
+        return getattr(protocol, "transport", None)
+
+    def outbound_buffer_bytes(self) -> int:
+        """Bytes written to this socket that the peer has not taken yet (Twisted's buffer)."""
+        transport = self._transport()
+        try:
+            return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        except AttributeError:
+            return 0
+
+    async def _drop_slow_socket(self) -> None:
+        self._too_slow = True
+        logger.warning("closing connection %s: %d bytes unread", self.conn and self.conn.connection_id,
+                       self.outbound_buffer_bytes())
+        get_node().counters["slow_sockets_closed"] += 1
+        try:
+            await self.close(code=CLOSE_TOO_SLOW)
+        finally:
+            transport = self._transport()
+            if transport is not None:
+                # The close frame sits behind the unread data: do not wait for a peer that
+                # does not read.
+                transport.abortConnection()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
