@@ -181,7 +181,9 @@ if QIM_REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [QIM_REDIS_URL],
+                # Reads must outlive channels-redis' 5 s blocking pop on an idle node channel
+                # (redis-py 8 would otherwise time out at the same 5 s and log an error).
+                "hosts": [{"address": QIM_REDIS_URL, "socket_timeout": 15}],
                 "prefix": "qim:layer:",
                 "capacity": 1000,
                 "expiry": 30,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qim.conf import limit
 from qim.content_types import BUILTIN_POLICIES, TEXT
 
 BUILTIN_SCHEMA = {
@@ -25,6 +26,6 @@ def builtin_rows() -> dict[str, dict]:
             "timeline_visible": policy.timeline_visible,
             "anchor_mode": policy.anchor_mode,
             "preview_template": policy.preview_template or "[event]",
-            "max_payload_bytes": 4096,
+            "max_payload_bytes": min(4096, int(limit("max_custom_payload_bytes"))),
         }
     return rows

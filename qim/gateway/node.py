@@ -250,7 +250,9 @@ class ConnectionNode:
             await self.directory.remove(self.node_id, conn.user_key, conn.device_id, user_gone=not local)
         if local:
             return
-        del self._by_user[conn.user_key]
+        # Another connection of the user may have come or gone during the awaits above.
+        if self._by_user.get(conn.user_key) or self._by_user.pop(conn.user_key, None) is None:
+            return  # someone else is (or was) the last one out, and announces it
         still_online = await self.directory.online(conn.tenant_id, [conn.user_id])
         if not still_online[conn.user_id]:
             await self.notify_presence(conn.user_key, online=False)
