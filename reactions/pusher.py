@@ -29,6 +29,8 @@ from reactions.models import MessageReactionSummary
 logger = logging.getLogger(__name__)
 
 _MEMBERS_TTL_S = 5.0
+# How long a window stays held while its owner pushes, should the owner die mid-push.
+PUSH_BUDGET_S = 30.0
 _members: dict[str, tuple[float, list[str]]] = {}
 
 
@@ -93,7 +95,9 @@ class ReactionPusher:
         """Called after a REACT that changed the summary has committed."""
         window = limit("reaction_push_merge_window_s")
         key = f"{conversation_id}:{seq}"
-        if not await self.windows.open(key, window):
+        # Held open for the whole push (which may take a while for a big group), then restarted
+        # from the push's end: no other node can push inside the window meanwhile.
+        if not await self.windows.open(key, window + PUSH_BUDGET_S):
             return
         await self._push(tenant_id, conversation_id, seq, counts, version)
         # The window counts from the push itself, which can take a while for a big group.
@@ -104,12 +108,13 @@ class ReactionPusher:
         """At each window's end: push again if the summary moved, and keep the window open."""
         try:
             while True:
-                await asyncio.sleep(window)
+                # Just past the window's end, so that our own window has surely expired.
+                await asyncio.sleep(window + 0.05)
                 state = await in_db_thread(_summary_state)(conversation_id, seq)
                 if state is None or state[1] <= pushed:
                     return
-                if not await self.windows.open(f"{conversation_id}:{seq}", window):
-                    return  # someone else opened the next window and will push it
+                if not await self.windows.open(f"{conversation_id}:{seq}", window + PUSH_BUDGET_S):
+                    return  # someone else opened the next window: its owner pushes and trails
                 counts, pushed = state
                 await self._push(tenant_id, conversation_id, seq, counts, pushed)
                 await self.windows.restart(f"{conversation_id}:{seq}", window)
