@@ -1,8 +1,11 @@
-"""The operators' admin for tenants, users and devices (tokens stay out of sight)."""
+"""The operators' admin for tenants, users and devices (tokens stay out of sight), the commit
+log with its moderation action, and the moderation audit."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from qim.models import Device, Tenant, User
+from qim.errors import Refused
+from qim.models import Device, MessageRecord, ModerationAudit, Tenant, User
+from qim.moderation import ModerationService, Moderator
 
 
 @admin.register(Tenant)
@@ -38,3 +41,61 @@ class DeviceAdmin(admin.ModelAdmin):
     list_select_related = ["user__tenant"]
     raw_id_fields = ["user"]
     show_full_result_count = False
+
+
+@admin.register(MessageRecord)
+class MessageRecordAdmin(admin.ModelAdmin):
+    """The commit log, read-only; operators moderate through the recall action."""
+
+    list_display = ["conversation_id", "conversation_seq", "kind", "content_type", "sender", "state", "sent_at_ms"]
+    list_filter = ["kind", "state", "tenant"]
+    # Exact matches only: the log is the biggest table, and these hit its indexes.
+    search_fields = ["=message_id", "=conversation__id", "=sender__username"]
+    list_select_related = ["sender__tenant"]
+    show_full_result_count = False
+    actions = ["recall_selected"]
+
+    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_recall_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        # The log is never edited here, but moderating it is a change: it takes that permission.
+        return request.user.has_perm("qim.change_messagerecord")
+
+    @admin.action(description="Recall selected messages (moderation, no time window)", permissions=["recall"])
+    def recall_selected(self, request, queryset) -> None:  # type: ignore[no-untyped-def]
+        service = ModerationService()
+        done = 0
+        for record in queryset.filter(kind=MessageRecord.MESSAGE).order_by("pk"):
+            try:
+                moderator = Moderator.operator(record.tenant_id, request.user.get_username())
+                service.recall(moderator, record.conversation_id, record.conversation_seq, reason="admin site")
+                done += 1
+            except Refused as refused:
+                self.message_user(request, f"{record}: {refused.message}", level=messages.ERROR)
+        self.message_user(request, f"{done} message(s) recalled.", level=messages.SUCCESS)
+
+
+@admin.register(ModerationAudit)
+class ModerationAuditAdmin(admin.ModelAdmin):
+    """Every moderation act; written by qim.moderation only, never edited here."""
+
+    list_display = ["at_ms", "tenant", "actor", "action", "outcome", "conversation_id", "conversation_seq", "reason"]
+    list_filter = ["tenant", "action", "outcome"]
+    search_fields = ["actor", "conversation_id", "message_id"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from qim.actions.accounts import do_create_user, do_login, do_set_push_credentials
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
 from qim.gateway.node import get_node
+from qim.moderation import ModerationService, Moderator
 from qim.permissions import IsTenantAdmin
 from qim.queries.conversations import access_conversation
 from qim.serializers import (
@@ -21,6 +22,8 @@ from qim.serializers import (
     ConversationSeqSerializer,
     CreateConversationSerializer,
     CreateUserSerializer,
+    EventSeqSerializer,
+    ModerationRecallSerializer,
     PushCredentialsSerializer,
     TokenRequestSerializer,
     TokenResponseSerializer,
@@ -111,6 +114,27 @@ class DevicePushView(APIView):
         data = valid(PushCredentialsSerializer, request)
         do_set_push_credentials(request.user, device_id, data["platform"], data["push_token"], data["voip_token"])
         return Response({"device_id": device_id, "platform": data["platform"]})
+
+
+class ModerationRecallView(APIView):
+    """A tenant admin recalls any message of the tenant, with no time window; audited. 201
+    with the new qim.recall.v1 event's seq, 200 with the earlier one if already recalled."""
+
+    permission_classes = [IsTenantAdmin]
+    moderation = ModerationService()
+
+    @extend_schema(request=ModerationRecallSerializer, responses={201: EventSeqSerializer, 200: EventSeqSerializer})
+    def post(self, request: Request) -> Response:
+        data = valid(ModerationRecallSerializer, request)
+        access_conversation(request.user.tenant_id, data["conversation_id"])
+        result = self.moderation.recall(
+            Moderator.tenant_admin(request.user, device_of(request)),
+            data["conversation_id"], data["conversation_seq"], reason=data["reason"],
+        )
+        return Response(
+            {"event_conversation_seq": result.event_conversation_seq},
+            status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
+        )
 
 
 class HealthView(APIView):

@@ -13,12 +13,16 @@ from django.urls import path  # noqa: E402
 
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
 from qim.gateway.origin import QimOriginValidator  # noqa: E402
+from qim.recovery import RecoverOnStart  # noqa: E402
 
 websocket_routes = URLRouter([path("ws/v1", GatewayConsumer.as_asgi())])
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_http,
-        "websocket": QimOriginValidator(websocket_routes, settings.QIM_ALLOWED_ORIGINS),
-    }
+# RecoverOnStart: a node finishes what a dead node left half done before it serves anything.
+application = RecoverOnStart(
+    ProtocolTypeRouter(
+        {
+            "http": django_http,
+            "websocket": QimOriginValidator(websocket_routes, settings.QIM_ALLOWED_ORIGINS),
+        }
+    )
 )

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from qim.clock import now_ms
 from qim.content_types import GENERIC_PLACEHOLDER, TEXT, rendering_policy
 from qim.models import Conversation, MessageRecord, UserMailboxEntry
+from qim.windows import edit_deadline_ms, recall_deadline_ms
 
 PREVIEW_MAX_CHARS = 120
 
@@ -32,8 +34,11 @@ def render_preview(
     return template.replace("{sender_id}", sender_id).replace("{content_type}", content_type)
 
 
-def message_object(record: MessageRecord, conversation: Conversation) -> dict[str, Any]:
-    """The message object of HISTORY_BATCH and mailbox events, in its current state."""
+def message_object(
+    record: MessageRecord, conversation: Conversation, *, viewer_user_pk: int | None = None
+) -> dict[str, Any]:
+    """The message object of HISTORY_BATCH and mailbox events, in its current state. Shown to
+    its sender (`viewer_user_pk`), it carries the recall/edit deadlines while they are open."""
     recalled = record.state in (MessageRecord.RECALLED, MessageRecord.DELETED)
     payload_json = None if recalled else record.payload
     message: dict[str, Any] = {
@@ -53,7 +58,18 @@ def message_object(record: MessageRecord, conversation: Conversation) -> dict[st
     }
     if record.edited_at_ms is not None:
         message["edited_at_ms"] = record.edited_at_ms
+    if viewer_user_pk is not None and viewer_user_pk == record.sender_id:
+        message.update(own_deadlines(record, now_ms()))
     return message
+
+
+def own_deadlines(record: MessageRecord, now: int) -> dict[str, int]:
+    """recallable_until_ms / editable_until_ms of a message while its self windows are open
+    (exclusive: RECALL and EDIT are refused from that instant on)."""
+    if record.kind != MessageRecord.MESSAGE or record.state not in (MessageRecord.NORMAL, MessageRecord.EDITED):
+        return {}
+    deadlines = {"recallable_until_ms": recall_deadline_ms(record), "editable_until_ms": edit_deadline_ms(record)}
+    return {name: until for name, until in deadlines.items() if now < until}
 
 
 def control_object(record: MessageRecord) -> dict[str, Any]:
@@ -71,6 +87,9 @@ def control_object(record: MessageRecord) -> dict[str, Any]:
 
 
 def mailbox_event(entry: UserMailboxEntry, conversation: Conversation) -> dict[str, Any]:
+    """One entry as SYNC_BATCH carries it; the entry's user is the viewer. A push template
+    (no user) renders without deadlines: its body is shared by every recipient."""
+    viewer = entry.user_id
     event: dict[str, Any] = {
         "mailbox_seq": entry.mailbox_seq,
         "kind": entry.kind,
@@ -78,12 +97,12 @@ def mailbox_event(entry: UserMailboxEntry, conversation: Conversation) -> dict[s
     }
     record = entry.message
     if record is not None and record.kind == MessageRecord.MESSAGE:
-        event["message"] = message_object(record, conversation)
+        event["message"] = message_object(record, conversation, viewer_user_pk=viewer)
     elif record is not None:
         event["control"] = control_object(record)
         if record.timeline_visible:
             # Membership events are timeline rows too: give clients the row as well.
-            event["message"] = message_object(record, conversation)
+            event["message"] = message_object(record, conversation, viewer_user_pk=viewer)
     else:
         event["control"] = entry.control
     return event

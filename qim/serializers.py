@@ -53,3 +53,13 @@ class PushCredentialsSerializer(serializers.Serializer):
     platform = serializers.ChoiceField(choices=["ios", "android"])
     push_token = serializers.CharField(max_length=512)
     voip_token = serializers.CharField(max_length=512, required=False, allow_blank=True, default="")
+
+
+class ModerationRecallSerializer(serializers.Serializer):
+    conversation_id = serializers.CharField(max_length=64)
+    conversation_seq = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+class EventSeqSerializer(serializers.Serializer):
+    event_conversation_seq = serializers.IntegerField()

@@ -17,9 +17,12 @@ api_v1 = [
         name="member",
     ),
     path("devices/<str:device_id>/push", api.DevicePushView.as_view(), name="device-push"),
+    path("moderation/recall", api.ModerationRecallView.as_view(), name="moderation-recall"),
     path("node", api.NodeStatsView.as_view(), name="node-stats"),
     path("health", api.HealthView.as_view(), name="health"),
     path("", include("registry.urls")),
+    path("", include("rtc.urls")),
+    path("", include("rooms.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]
@@ -29,5 +32,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "qim.api_errors.json_bad_request"
 handler404 = "qim.api_errors.json_not_found"
 handler500 = "qim.api_errors.json_server_error"

@@ -29,6 +29,8 @@ class Appended:
     record: MessageRecord
     mailbox_seqs: dict[int, int]
     push_tasks: int
+    # The EVENT push of this row; already queued on commit unless `defer_push`.
+    push: UserPush | None = None
 
 
 def append_to_log(
@@ -43,13 +45,17 @@ def append_to_log(
     kind: str = MessageRecord.MESSAGE,
     client_msg_id: str | None = None,
     target_conversation_seq: int | None = None,
+    origin_device_id: str | None = None,
+    defer_push: bool = False,
 ) -> Appended:
     """Write the next row of the log and diffuse it to `recipients` (user pk -> user id).
 
     Expects `conversation` locked by `lock_conversation` in the caller's transaction.
     Emits (after commit) one EVENT per recipient, grouped by node. Counted types also bump the
     badges of recipients other than the sender and queue a PushTask per offline device with
-    push credentials.
+    push credentials. With `origin_device_id` the entries are never delivered to that device of
+    the sender (protocol.md §5). With `defer_push` the caller sends `Appended.push`
+    itself, later (recall and edit push once the target row is updated, design §2).
     """
     seq = conversation.last_seq + 1
     conversation.last_seq = seq
@@ -85,12 +91,17 @@ def append_to_log(
         kind=entry_kind,
         recipients=recipients,
         now_ms=now_ms,
+        origin_device_id=origin_device_id,
+        origin_user_pk=sender.pk,
     )
     pushed = 0
     if policy.counts_unread:
         pushed = _count_for_others(conversation, record, recipients, sender.pk, now_ms)
-    _push_events(conversation, record, entry_kind, recipients, seqs)
-    return Appended(record=record, mailbox_seqs=seqs, push_tasks=pushed)
+    exclude = (sender.username, origin_device_id) if origin_device_id else None
+    push = event_push(conversation, record, entry_kind, recipients, seqs, exclude_device=exclude)
+    if not defer_push:
+        push_on_commit(push)
+    return Appended(record=record, mailbox_seqs=seqs, push_tasks=pushed, push=push)
 
 
 def _count_for_others(
@@ -130,25 +141,28 @@ def _count_for_others(
     )
 
 
-def _push_events(
+def event_push(
     conversation: Conversation,
     record: MessageRecord,
     entry_kind: str,
     recipients: dict[int, str],
     seqs: dict[int, int],
-) -> None:
+    *,
+    exclude_device: tuple[str, str] | None = None,
+) -> UserPush:
+    """The EVENT push of a logged row to its mailbox entries (user pk -> mailbox_seq), encoded
+    once; pass it to qim.notify.push_on_commit."""
     template = UserMailboxEntry(
         mailbox_seq=0, kind=entry_kind, conversation=conversation, message=record
     )
     event = mailbox_event(template, conversation)
     del event["mailbox_seq"]
     head, tail = event_push_parts(event)
-    push_on_commit(
-        UserPush(
-            tenant_id=conversation.tenant_id,
-            user_ids=list(recipients.values()),
-            head=head,
-            tail=tail,
-            per_user={recipients[pk]: str(seq) for pk, seq in seqs.items()},
-        )
+    return UserPush(
+        tenant_id=conversation.tenant_id,
+        user_ids=list(recipients.values()),
+        head=head,
+        tail=tail,
+        per_user={recipients[pk]: str(seq) for pk, seq in seqs.items()},
+        exclude_device=exclude_device,
     )

@@ -62,8 +62,11 @@ def write_mailbox_entries(
     now_ms: int,
     control: dict | None = None,
     origin_device_id: str | None = None,
+    origin_user_pk: int | None = None,
 ) -> dict[int, int]:
-    """One UserMailboxEntry per recipient (bulk); answers user pk -> its mailbox_seq."""
+    """One UserMailboxEntry per recipient (bulk); answers user pk -> its mailbox_seq. With
+    `origin_user_pk`, only that user's entry carries `origin_device_id`: an origin is one
+    device of one user, and other users' devices may bear the same device_id."""
     seqs = allocate_mailbox_seqs(recipients)
     UserMailboxEntry.objects.bulk_create(
         [
@@ -75,7 +78,7 @@ def write_mailbox_entries(
                 conversation_id=conversation_id,
                 message_id=message_id,
                 control=control,
-                origin_device_id=origin_device_id,
+                origin_device_id=origin_device_id if origin_user_pk in (None, user_pk) else None,
                 created_at_ms=now_ms,
             )
             for user_pk, seq in seqs.items()

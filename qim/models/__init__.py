@@ -1,6 +1,8 @@
-"""Core models: tenants and accounts, conversations and their log, the mailbox and pushes."""
+"""Core models: tenants and accounts, conversations and their log, the mailbox and pushes,
+control-event bookkeeping."""
 
 from qim.models.accounts import Device, DeviceToken, Tenant, User, new_token_key
+from qim.models.control import ModerationAudit, PendingReadSync
 from qim.models.conversations import (
     Conversation,
     MembershipInterval,
@@ -16,6 +18,8 @@ __all__ = [
     "DeviceToken",
     "MembershipInterval",
     "MessageRecord",
+    "ModerationAudit",
+    "PendingReadSync",
     "PushTask",
     "ReadCursor",
     "Tenant",

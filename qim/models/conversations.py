@@ -94,8 +94,12 @@ class MessageRecord(models.Model):
     sent_at_ms = models.BigIntegerField()
     state = models.CharField(max_length=8, choices=STATES, default=NORMAL)
     edited_at_ms = models.BigIntegerField(null=True, blank=True)
-    # Set when a recall/edit event for this row is in the log (design §2: log first, then this).
+    # Set when this row's qim.recall.v1 event is in the log (design §2: log first, then this);
+    # still null beside a logged recall event means step 2 is to be redone by recovery.
     recall_event_conversation_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    # The seq of the qim.edit.v1 event whose payload this row holds: recovery re-applies an
+    # edit event newer than this (the edit's own "log first, then state", design §2).
+    edit_event_conversation_seq = models.PositiveBigIntegerField(null=True, blank=True)
     # Control events that anchor on another row (recall, edit) name it here.
     target_conversation_seq = models.PositiveBigIntegerField(null=True, blank=True)
     counts_unread = models.BooleanField(default=True)
@@ -108,6 +112,14 @@ class MessageRecord(models.Model):
             models.UniqueConstraint(
                 fields=["sender", "client_msg_id"], name="client_msg_id_unique_per_user",
                 condition=models.Q(client_msg_id__isnull=False),
+            ),
+        ]
+        indexes = [
+            # Recall/edit events by target: the "already recalled?" check under the lock and the
+            # recovery pass read only these rows, never the whole log.
+            models.Index(
+                fields=["conversation", "target_conversation_seq"], name="anchor_events",
+                condition=models.Q(target_conversation_seq__isnull=False),
             ),
         ]
 

@@ -92,7 +92,18 @@ def history(
         page = list(rows.filter(conversation_seq__gt=after_seq).order_by("conversation_seq")[:limit])
     else:
         page = list(rows.order_by("-conversation_seq")[:limit])[::-1]
-    return [message_object(record, conversation) for record in page]
+    # The reader's own intervals: they name the viewer, whose own messages carry deadlines.
+    viewer = intervals[0].user_id if intervals else None
+    messages = [message_object(record, conversation, viewer_user_pk=viewer) for record in page]
+    # Reactions ride along (protocol.md §5): one query for the whole page.
+    from reactions.queries import summaries_for
+
+    summaries = summaries_for(conversation.pk, [m["conversation_seq"] for m in messages])
+    for message in messages:
+        summary = summaries.get(message["conversation_seq"])
+        if summary is not None:
+            message["reactions"] = summary
+    return messages
 
 
 def read_position(conversation_id: str, user_pk: int) -> int:

@@ -1,0 +1,102 @@
+"""RECALL by the sender within recall_self_window_s: the qim.recall.v1 event is committed
+first, then the target row is recalled (design §2, C-5). ModerationService reuses both steps."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from qim.actions.anchors import do_log_anchored_event, stored_event_push
+from qim.actions.log import Appended, lock_conversation
+from qim.clock import now_ms
+from qim.content_types import RECALL
+from qim.errors import Refused
+from qim.faults import fault_point
+from qim.models import Conversation, MessageRecord, User
+from qim.notify import UserPush, push_on_commit
+from qim.queries.control import access_timeline_message, recall_event_of
+from qim.queries.conversations import access_member_intervals
+from qim.windows import recall_deadline_ms
+from reactions.actions import do_delete_reactions
+
+
+def check_recall_message(user: User, device_id: str, conversation_id: str, conversation_seq: int) -> int:
+    """The sender recalls their message; answers the seq of its qim.recall.v1 event.
+
+    The caller has checked the tenant (access_conversation) and holds no transaction: this
+    commits twice, in the design's order. Refuses `forbidden` (never a member, or not the
+    sender), `not_found` (no such message; control events are not messages) and
+    `window_expired`, writing nothing. A message already recalled answers its existing
+    event's seq and writes nothing: a retry after a lost ACK (or a crash) is safe.
+    """
+    with transaction.atomic():
+        conversation = lock_conversation(conversation_id)
+        access_member_intervals(conversation, user.pk)
+        target = access_timeline_message(conversation, conversation_seq)
+        if target.sender_id != user.pk:
+            raise Refused("forbidden", "only its sender recalls a message (tenant admins: moderation/recall)")
+        earlier = recall_event_of(conversation.pk, conversation_seq)
+        if earlier is not None:
+            event, push = earlier, None
+        else:
+            now = now_ms()
+            if now >= recall_deadline_ms(target):
+                raise Refused("window_expired", "the recall window of this message has closed")
+            appended = do_log_recall(conversation, target, actor=user, device_id=device_id, now=now)
+            event, push = appended.record, appended.push
+    complete_recall(event, push)
+    return event.conversation_seq
+
+
+def do_log_recall(
+    conversation: Conversation,
+    target: MessageRecord,
+    *,
+    actor: User,
+    device_id: str | None,
+    now: int,
+    moderated: bool = False,
+) -> Appended:
+    """Step 1: the qim.recall.v1 event at its own seq. Expects the conversation locked in the
+    caller's transaction; answers the Appended row with its push still to send."""
+    payload: dict = {"target_message_id": target.message_id}
+    if moderated:
+        payload["moderated"] = True
+    return do_log_anchored_event(
+        conversation, target, content_type=RECALL, actor=actor, device_id=device_id, payload=payload, now_ms=now
+    )
+
+
+def complete_recall(event: MessageRecord, push: UserPush | None) -> None:
+    """Step 2, after step 1 committed, in a transaction of its own."""
+    # Design §2, log first: the recall event is committed, so it is in every recipient's
+    # mailbox, and the target's still empty recall_event_conversation_seq tells recovery to
+    # finish the job if we die right here (fault point recall.after_log). Recalling the row
+    # first would lose the recall for good in that window: nobody would learn of it.
+    fault_point("recall.after_log")
+    with transaction.atomic():
+        do_apply_recall(event, push=push)
+
+
+def do_apply_recall(event: MessageRecord, *, push: UserPush | None = None) -> bool:
+    """Recall the event's target: state recalled, payload gone, recall_event_conversation_seq
+    set, reactions deleted. Joins the caller's transaction; idempotent (False when the row was
+    already recalled). Sends `push` (a new event's) after commit, or else re-issues the stored
+    event's push when this call is what recalled the row (recovery)."""
+    changed = MessageRecord.objects.filter(
+        conversation_id=event.conversation_id,
+        conversation_seq=event.target_conversation_seq,
+        recall_event_conversation_seq__isnull=True,
+    ).update(state=MessageRecord.RECALLED, payload=None, recall_event_conversation_seq=event.conversation_seq)
+    if changed:
+        delete_reactions_of(event.conversation_id, event.target_conversation_seq)
+    if push is not None:
+        push_on_commit(push)
+    elif changed:
+        push_on_commit(stored_event_push(event))
+    return bool(changed)
+
+
+def delete_reactions_of(conversation_id: str, conversation_seq: int) -> int:
+    """Design §4: recalling a message physically deletes its reaction details and aggregate,
+    in the caller's transaction (so a recalled row never keeps counts). Answers rows deleted."""
+    return do_delete_reactions(conversation_id, conversation_seq)

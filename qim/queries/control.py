@@ -1,0 +1,71 @@
+"""Reads behind control events: anchor targets, who sees them, total unread."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+
+from qim.content_types import RECALL
+from qim.errors import Refused
+from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor
+from qim.queries.conversations import unread_count
+
+
+def access_timeline_message(conversation: Conversation, conversation_seq: int) -> MessageRecord:
+    """The message row at that seq; `not_found` for control events (membership, recall, edit)
+    and seqs the conversation never had. Callers check who may act on it."""
+    record = (
+        MessageRecord.objects.select_related("sender")
+        .filter(
+            conversation=conversation,
+            conversation_seq=conversation_seq,
+            kind=MessageRecord.MESSAGE,
+            timeline_visible=True,
+        )
+        .first()
+    )
+    if record is None:
+        raise Refused("not_found", f"no message {conversation_seq} in this conversation")
+    return record
+
+
+def anchor_recipients(conversation_id: str, target_seq: int) -> dict[int, str]:
+    """user pk -> user id of everyone who can see the target: whose membership interval covers
+    its seq (joined_at < seq < left_at), members or not any more. A member who joined later
+    never sees the target, so is not told about it either."""
+    covering = Q(joined_at__lt=target_seq) & (Q(left_at__isnull=True) | Q(left_at__gt=target_seq))
+    return dict(
+        MembershipInterval.objects.filter(covering, conversation_id=conversation_id)
+        .values_list("user_id", "user__username")
+    )
+
+
+def recall_event_of(conversation_id: str, target_seq: int) -> MessageRecord | None:
+    """The logged qim.recall.v1 event of a target, applied to the row or not yet (the
+    crash window of design §2); there is at most one."""
+    return (
+        MessageRecord.objects.filter(
+            conversation_id=conversation_id,
+            target_conversation_seq=target_seq,
+            kind=MessageRecord.CONTROL,
+            content_type=RECALL,
+        )
+        .order_by("conversation_seq")
+        .first()
+    )
+
+
+def total_unread(user_pk: int) -> int:
+    """The user's badge by definition: unread summed over every conversation they are or were
+    in. Conversations whose head is at or below the read cursor are skipped unqueried."""
+    intervals: dict[str, list[MembershipInterval]] = {}
+    for interval in MembershipInterval.objects.filter(user_id=user_pk).order_by("joined_at"):
+        intervals.setdefault(interval.conversation_id, []).append(interval)
+    cursors = dict(
+        ReadCursor.objects.filter(user_id=user_pk).values_list("conversation_id", "read_conversation_seq")
+    )
+    total = 0
+    for conversation in Conversation.objects.filter(pk__in=list(intervals)):
+        if conversation.last_seq <= cursors.get(conversation.pk, 0):
+            continue
+        total += unread_count(conversation, user_pk, intervals[conversation.pk])
+    return total
