@@ -6,11 +6,13 @@ from .connection import CLOSE_AUTH_TIMEOUT, CLOSE_UNAUTHENTICATED, QimClient
 from .cursor import CursorStore, JsonFileCursorStore, MemoryCursorStore
 from .errors import ApiError, AuthError, ConnectionLost, QimClientError, QimError
 from .messaging import new_client_msg_id
+from .registry import Rendered, RegistrySync, TypeRegistry, render_message, version_satisfies
 from .rest import RestClient, login
+from .rooms import RoomItem, RoomState, RoomSync
 from .sync import EventCallback, MailboxEvent, MailboxSync
 from .urls import websocket_url
+from .version import __version__
 
-__version__ = "1.1.0"
 
 __all__ = [
     "CLOSE_AUTH_TIMEOUT",
@@ -29,10 +31,19 @@ __all__ = [
     "QimClient",
     "QimClientError",
     "QimError",
+    "RegistrySync",
+    "Rendered",
     "RestClient",
+    "RoomItem",
+    "RoomState",
+    "RoomSync",
+    "TypeRegistry",
+    "__version__",
     "decode_frame",
     "encode_frame",
     "login",
     "new_client_msg_id",
+    "render_message",
+    "version_satisfies",
     "websocket_url",
 ]

@@ -18,7 +18,10 @@ from .cursor import CursorStore
 from .errors import AuthError, ConnectionLost, QimError
 from .messaging import ConversationRequests, new_client_msg_id
 from .pushes import PushCallback, PushCallbacks, PushQueue
-from .sync import EventCallback, MailboxEvent, MailboxSync
+from .registry import RegistryAccess, RegistrySync, TypeRegistry
+from .rooms import RoomRequests, RoomSync
+from .sync import MailboxAccess, MailboxSync
+from .version import __version__
 
 logger = logging.getLogger("qimclient")
 
@@ -35,13 +38,16 @@ MAX_INCOMING_BYTES = 64 * 1024 * 1024
 _ABANDONED_MEMORY = 1024
 
 
-class QimClient(ConversationRequests):
+class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess):
     """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
 
     Frames carrying a `req_id` of a pending `request()` resolve it; everything else (pushes,
     and answers to frames sent with `send_frame`) goes to the push queue and callbacks.
     With `sync` on, mailbox events also flow, ordered and deduplicated, through MailboxSync
     (`on_event`, `next_event`): a SYNC catch-up on every connect and reconnect, then EVENTs.
+    Joined rooms flow through RoomSync (`on_room_event`, `next_room_event`), rejoined after
+    every reconnect. Message objects and room events get a `render` decision from the
+    client's registry snapshot (RegistrySync), kept current when `track_registry` is on.
     """
 
     def __init__(
@@ -50,7 +56,7 @@ class QimClient(ConversationRequests):
         token: str,
         device_id: str,
         *,
-        client_version: str = "qimclient/1",
+        client_version: str = __version__,
         request_timeout: float = 10.0,
         reconnect: bool = True,
         origin: str | None = None,
@@ -61,6 +67,9 @@ class QimClient(ConversationRequests):
         sync_page_size: int | None = None,
         max_queued_events: int = 10_000,
         client_msg_ids: Callable[[], str] = new_client_msg_id,
+        track_registry: bool | None = None,
+        registry: TypeRegistry | None = None,
+        max_queued_room_events: int = 10_000,
     ) -> None:
         self.ws_url = ws_url
         self.token = token
@@ -80,10 +89,17 @@ class QimClient(ConversationRequests):
         self.last_error: BaseException | None = None
         # The ordered event stream; None with sync=False (then `cursor` is only yours to move).
         self.mailbox: MailboxSync | None = None
+        # The tenant's custom message types as last fetched (§6), from `registry` (a saved
+        # snapshot) if given; tracking (None: as `sync`) brings it up to date by since_version.
+        self.registry_sync = RegistrySync(self, registry, auto=sync if track_registry is None else track_registry)
         if sync:
             self.mailbox = MailboxSync(
-                self, cursor_store, page_size=sync_page_size, max_queued_events=max_queued_events, backoff=self.backoff
+                self, cursor_store, page_size=sync_page_size, max_queued_events=max_queued_events,
+                backoff=self.backoff, prepare=self._render_events,
             )
+        self.rooms = RoomSync(
+            self, prepare=self._render_messages, max_queued_items=max_queued_room_events, backoff=self.backoff
+        )
         self._cursor = 0
         self.reconnects = 0
         self.invalid_frames = 0
@@ -124,6 +140,9 @@ class QimClient(ConversationRequests):
         self._supervisor = asyncio.create_task(self._supervise(), name="qimclient-reader")
         if self.mailbox is not None:
             self.mailbox.start()
+        self.rooms.start()
+        if self.rooms.rooms:  # connect() again after close(): back into the rooms it was in
+            self._spawn(self.rooms.rejoin_all(), "qimclient-rejoin")
         return auth_ok
 
     async def close(self) -> None:
@@ -139,6 +158,8 @@ class QimClient(ConversationRequests):
             await asyncio.wait([task])
         if self.mailbox is not None:
             await self.mailbox.stop()
+        await self.rooms.stop()
+        await self.registry_sync.stop()
         self._connected.clear()
         self._fail_pending(ConnectionLost("client closed the connection", self.close_code))
         self._finished.set()
@@ -268,32 +289,6 @@ class QimClient(ConversationRequests):
         """
         return self._callbacks.add(frame_type, callback)
 
-    # Mailbox events (sync on)
-
-    def on_event(self, callback: EventCallback) -> Callable[[], None]:
-        """Call `callback(event)` for each mailbox event, once, in `mailbox_seq` order; returns its remover.
-
-        Register before `connect()` to see the catch-up too. Async callbacks are awaited in
-        turn (the stream waits for them), so they must not wait for the stream themselves
-        (`wait_synced`, `next_event`); a failing callback is logged and the stream goes on.
-        """
-        return self._require_mailbox().on_event(callback)
-
-    async def next_event(self, timeout: float | None = 10.0) -> MailboxEvent:
-        """The next mailbox event (the `event` object of EVENT / SYNC_BATCH), in order, never twice.
-
-        Raises TimeoutError when none arrives within `timeout` seconds; None waits forever.
-        """
-        return await self._require_mailbox().next_event(timeout)
-
-    def drain_events(self) -> list[MailboxEvent]:
-        """All queued mailbox events, oldest first, without waiting."""
-        return self._require_mailbox().drain_events()
-
-    async def wait_synced(self, timeout: float | None = 10.0) -> None:
-        """Wait until every event the server announced so far was handed on (catch-up done)."""
-        await self._require_mailbox().wait_synced(timeout)
-
     # Internals: handshake
 
     async def _open_and_authenticate(self) -> tuple[ClientConnection, Frame]:
@@ -361,6 +356,7 @@ class QimClient(ConversationRequests):
         self._ws = ws
         self.auth_ok = auth_ok
         self._connected.set()
+        self.registry_sync.announce(auth_ok.get("registry_version"))
 
     async def _supervise(self) -> None:
         """Read until the socket drops, then reconnect with backoff, until closed or given up."""
@@ -374,6 +370,7 @@ class QimClient(ConversationRequests):
                 if self.mailbox is not None and not self._closing:
                     # Pushes sent while we are away are lost; the next session must SYNC.
                     self.mailbox.request_sync()
+                self.rooms.connection_lost()
                 reason = "client closed the connection" if self._closing else "connection lost"
                 self._fail_pending(ConnectionLost(reason, self.close_code))
                 if not self._should_reconnect():
@@ -404,7 +401,12 @@ class QimClient(ConversationRequests):
         if frame is None:
             self._note_invalid(message)
             return
-        logger.debug("received %s", frame.get("type"))
+        frame_type = frame.get("type")
+        logger.debug("received %s", frame_type)
+        if frame_type == "ROOM_BATCH":
+            # Replies as well as pushes, in arrival order: a join's replay precedes the live
+            # batches that follow it.
+            self.rooms.accept(frame)
         req_id = frame.get("req_id")
         if isinstance(req_id, str):
             waiter = self._pending.get(req_id)
@@ -415,9 +417,13 @@ class QimClient(ConversationRequests):
             if req_id in self._abandoned:
                 logger.debug("dropping late reply to %s", req_id)
                 return
+        if frame_type == "EVENT":
+            self._render_pushed_event(frame.get("event"))
+        elif frame_type == "REGISTRY_UPDATED":
+            self.registry_sync.announce(frame.get("registry_version"))
         self._pushes.put(frame)
         self._callbacks.dispatch(frame)
-        if self.mailbox is not None and frame.get("type") == "EVENT":
+        if self.mailbox is not None and frame_type == "EVENT":
             self.mailbox.offer(frame.get("event"))
 
     def _should_reconnect(self) -> bool:
@@ -456,11 +462,20 @@ class QimClient(ConversationRequests):
 
     def _start_reconnect_hooks(self) -> None:
         # A task of its own: hooks call request(), whose replies need this reader running.
-        task = asyncio.create_task(self._run_reconnect_hooks(), name="qimclient-on-reconnect")
+        self._spawn(self._run_reconnect_hooks(), "qimclient-on-reconnect")
+
+    def _spawn(self, work: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(work)
+        task.set_name(name)
         self._hook_tasks.add(task)
         task.add_done_callback(self._hook_tasks.discard)
 
     async def _run_reconnect_hooks(self) -> None:
+        # Rooms first, so that hooks (and room_send retries) find them joined again.
+        try:
+            await self.rooms.rejoin_all()
+        except Exception:
+            logger.exception("rejoining rooms failed")
         for hook in list(self.on_reconnect):
             try:
                 await hook(self)
@@ -468,11 +483,6 @@ class QimClient(ConversationRequests):
                 logger.exception("on_reconnect hook %r failed", hook)
 
     # Internals: bookkeeping
-
-    def _require_mailbox(self) -> MailboxSync:
-        if self.mailbox is None:
-            raise RuntimeError("mailbox events need QimClient(..., sync=True)")
-        return self.mailbox
 
     def _require_socket(self) -> ClientConnection:
         if self._ws is None or not self._connected.is_set():

@@ -38,6 +38,8 @@ class ConversationRequests:
 
         async def wait_connected(self, timeout: float | None = None) -> None: ...
 
+        async def _render_messages(self, messages: list[dict[str, Any]]) -> None: ...
+
     async def send_text(
         self, conversation_id: str, text: str, client_msg_id: str | None = None, *, retries: int = 3
     ) -> Frame:
@@ -90,12 +92,14 @@ class ConversationRequests:
         after_seq: int | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """HISTORY: message objects ascending by `conversation_seq`, clipped to your membership."""
+        """HISTORY: message objects ascending by `conversation_seq`, clipped to your membership,
+        each with the client's `render` decision."""
         fields = {"before_seq": before_seq, "after_seq": after_seq, "limit": limit}
         batch = await self.request(
             "HISTORY", conversation_id=conversation_id, **{k: v for k, v in fields.items() if v is not None}
         )
         messages: list[dict[str, Any]] = batch.get("messages", [])
+        await self._render_messages(messages)
         return messages
 
     async def conversations(self) -> Frame:

@@ -23,8 +23,11 @@ class PushQueue:
     full the oldest push is dropped and `dropped` counts it.
     """
 
-    def __init__(self, maxsize: int = 10_000) -> None:
+    def __init__(self, maxsize: int = 10_000, *, key: str = "type", noun: str = "push") -> None:
         self.maxsize = maxsize
+        # The field a filtered read matches (frames: "type"; room items: "room_id").
+        self.key = key
+        self.noun = noun
         self.dropped = 0
         self._frames: deque[Frame] = deque()
         self._arrival = asyncio.Event()
@@ -49,7 +52,7 @@ class PushQueue:
                         return frame
                     await self._arrival.wait()
         except TimeoutError:
-            wanted = f"{type} push" if type else "push"
+            wanted = f"{type} {self.noun}" if type else self.noun
             raise TimeoutError(f"no {wanted} within {timeout} s") from None
 
     def drain(self) -> list[Frame]:
@@ -63,7 +66,7 @@ class PushQueue:
 
     def _take(self, frame_type: str | None) -> Frame | None:
         for index, frame in enumerate(self._frames):
-            if frame_type is None or frame.get("type") == frame_type:
+            if frame_type is None or frame.get(self.key) == frame_type:
                 del self._frames[index]
                 return frame
         return None

@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .backoff import Backoff
 from .codec import Frame
@@ -18,6 +18,7 @@ logger = logging.getLogger("qimclient")
 
 MailboxEvent = dict[str, Any]
 EventCallback = Callable[[MailboxEvent], Awaitable[None] | None]
+PrepareEvents = Callable[[list[MailboxEvent]], Awaitable[None]]
 
 # Live EVENTs held while a catch-up runs or the reader is stalled; past this they are
 # dropped and one SYNC fetches them again, so memory stays bounded and nothing is lost.
@@ -56,8 +57,12 @@ class MailboxSync:
         page_size: int | None = None,
         max_queued_events: int = 10_000,
         backoff: Backoff | None = None,
+        prepare: PrepareEvents | None = None,
     ) -> None:
         self.session = session
+        # Awaited with each page (or live event) before it is handed on; QimClient renders
+        # messages with it. A failure is logged and the events go on regardless (C-6).
+        self.prepare = prepare
         self.store = store if store is not None else MemoryCursorStore()
         self.page_size = page_size
         self.backoff = backoff if backoff is not None else Backoff()
@@ -214,6 +219,7 @@ class MailboxSync:
         self._live.popleft()
         # After a gap fill this is normally covered; if SYNC did not see it, hand it on anyway.
         if seq > self.cursor:
+            await self._prepare([event])
             await self._hand_on(event)
             self._save()
 
@@ -227,8 +233,10 @@ class MailboxSync:
                 fields["limit"] = self.page_size
             batch = await self.session.request("SYNC", **fields)
             before = self.cursor
-            for event in self._ordered(batch.get("events")):
-                if _seq_of(event) > self.cursor:  # type: ignore[operator]  # _ordered checked it
+            fresh = [e for e in self._ordered(batch.get("events")) if e["mailbox_seq"] > self.cursor]
+            await self._prepare(fresh)
+            for event in fresh:
+                if event["mailbox_seq"] > self.cursor:  # a page repeating a seq: once
                     await self._hand_on(event)
             next_seq = batch.get("next_mailbox_seq")
             if _is_seq(next_seq) and next_seq > self.cursor:
@@ -251,6 +259,14 @@ class MailboxSync:
             else:
                 valid.append(event)
         return sorted(valid, key=lambda event: event["mailbox_seq"])
+
+    async def _prepare(self, events: list[MailboxEvent]) -> None:
+        if self.prepare is None or not events:
+            return
+        try:
+            await self.prepare(events)
+        except Exception:
+            logger.exception("preparing %d mailbox events failed; handing them on as they are", len(events))
 
     async def _hand_on(self, event: MailboxEvent) -> None:
         if self._queue is not None:
@@ -279,6 +295,42 @@ class MailboxSync:
     def _note_invalid(self, event: Any) -> None:
         self.invalid_events += 1
         logger.warning("ignoring a mailbox event without an integer mailbox_seq: %.200r", event)
+
+
+class MailboxAccess:
+    """The mailbox stream's calls, mixed into QimClient (which provides `mailbox`)."""
+
+    if TYPE_CHECKING:
+        mailbox: MailboxSync | None
+
+    def on_event(self, callback: EventCallback) -> Callable[[], None]:
+        """Call `callback(event)` for each mailbox event, once, in `mailbox_seq` order; returns its remover.
+
+        Register before `connect()` to see the catch-up too. Async callbacks are awaited in
+        turn (the stream waits for them), so they must not wait for the stream themselves
+        (`wait_synced`, `next_event`); a failing callback is logged and the stream goes on.
+        """
+        return self._require_mailbox().on_event(callback)
+
+    async def next_event(self, timeout: float | None = 10.0) -> MailboxEvent:
+        """The next mailbox event (the `event` object of EVENT / SYNC_BATCH), in order, never twice.
+
+        Raises TimeoutError when none arrives within `timeout` seconds; None waits forever.
+        """
+        return await self._require_mailbox().next_event(timeout)
+
+    def drain_events(self) -> list[MailboxEvent]:
+        """All queued mailbox events, oldest first, without waiting."""
+        return self._require_mailbox().drain_events()
+
+    async def wait_synced(self, timeout: float | None = 10.0) -> None:
+        """Wait until every event the server announced so far was handed on (catch-up done)."""
+        await self._require_mailbox().wait_synced(timeout)
+
+    def _require_mailbox(self) -> MailboxSync:
+        if self.mailbox is None:
+            raise RuntimeError("mailbox events need QimClient(..., sync=True)")
+        return self.mailbox
 
 
 def _is_seq(value: Any) -> bool:
