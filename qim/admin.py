@@ -1,10 +1,20 @@
-"""The operators' admin for tenants, users and devices (tokens stay out of sight), the commit
-log with its moderation action, and the moderation audit."""
+"""The operators' admin: tenants, users and devices (tokens stay out of sight), the commit log
+with its moderation action, the moderation audit, and the contract models of protocol.md §2
+(mailbox, push outbox, badges) read-only."""
 
 from django.contrib import admin, messages
 
 from qim.errors import Refused
-from qim.models import Device, MessageRecord, ModerationAudit, Tenant, User
+from qim.models import (
+    Device,
+    MessageRecord,
+    ModerationAudit,
+    PushTask,
+    Tenant,
+    User,
+    UserBadgeState,
+    UserMailboxEntry,
+)
 from qim.moderation import ModerationService, Moderator
 
 
@@ -99,3 +109,41 @@ class ModerationAuditAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows that only actions write: operators look and count, never edit."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+@admin.register(UserMailboxEntry)
+class UserMailboxEntryAdmin(ReadOnlyAdmin):
+    list_display = ["user", "mailbox_seq", "kind", "conversation", "message", "origin_device_id", "created_at_ms"]
+    list_filter = ["tenant", "kind"]
+    search_fields = ["user__username", "conversation__id"]
+    list_select_related = ["user__tenant"]
+    raw_id_fields = ["user", "conversation", "message"]
+
+
+@admin.register(PushTask)
+class PushTaskAdmin(ReadOnlyAdmin):
+    list_display = ["id", "user", "device", "kind", "state", "attempts", "available_at_ms", "sent_at_ms"]
+    list_filter = ["tenant", "state", "kind"]
+    search_fields = ["user__username", "device__device_id", "last_error"]
+    list_select_related = ["user__tenant", "device"]
+    raw_id_fields = ["user", "device"]
+
+
+@admin.register(UserBadgeState)
+class UserBadgeStateAdmin(ReadOnlyAdmin):
+    list_display = ["user", "badge", "updated_at_ms"]
+    search_fields = ["user__username"]
+    list_select_related = ["user__tenant"]
+    raw_id_fields = ["user"]

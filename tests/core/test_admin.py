@@ -38,3 +38,11 @@ def test_admin_never_shows_password_hashes_or_tokens(operator_client: Client) ->
     page = operator_client.get(f"/admin/qim/user/{boot.admin.pk}/change/").content.decode()
     assert boot.admin.password_hash not in page
     assert boot.token not in page
+
+
+def test_the_contract_models_are_in_the_admin_read_only(operator_client: Client) -> None:
+    for path in ("/admin/qim/messagerecord/", "/admin/qim/usermailboxentry/", "/admin/qim/pushtask/",
+                 "/admin/qim/userbadgestate/", "/admin/reactions/messagereaction/",
+                 "/admin/reactions/messagereactionsummary/", "/admin/registry/custommessagetype/"):
+        assert operator_client.get(path).status_code == 200, path
+    assert operator_client.get("/admin/qim/pushtask/add/").status_code == 403
