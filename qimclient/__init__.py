@@ -1,6 +1,7 @@
 """qimclient: the Python client SDK for QIM (REST and the `/ws/v1` WebSocket protocol)."""
 
 from .backoff import Backoff
+from .calls import Call, CallTracker, UnknownCall, new_call_id
 from .codec import Frame, decode_frame, encode_frame
 from .connection import CLOSE_AUTH_TIMEOUT, CLOSE_UNAUTHENTICATED, QimClient
 from .cursor import CursorStore, JsonFileCursorStore, MemoryCursorStore
@@ -20,6 +21,8 @@ __all__ = [
     "ApiError",
     "AuthError",
     "Backoff",
+    "Call",
+    "CallTracker",
     "ConnectionLost",
     "CursorStore",
     "EventCallback",
@@ -38,10 +41,12 @@ __all__ = [
     "RoomState",
     "RoomSync",
     "TypeRegistry",
+    "UnknownCall",
     "__version__",
     "decode_frame",
     "encode_frame",
     "login",
+    "new_call_id",
     "new_client_msg_id",
     "render_message",
     "version_satisfies",

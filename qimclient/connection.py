@@ -13,6 +13,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from .backoff import Backoff
+from .calls import CallRequests, CallTracker
 from .codec import Frame, decode_frame, encode_frame
 from .cursor import CursorStore
 from .errors import AuthError, ConnectionLost, QimError
@@ -38,7 +39,7 @@ MAX_INCOMING_BYTES = 64 * 1024 * 1024
 _ABANDONED_MEMORY = 1024
 
 
-class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess):
+class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess, CallRequests):
     """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
 
     Frames carrying a `req_id` of a pending `request()` resolve it; everything else (pushes,
@@ -48,6 +49,8 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
     Joined rooms flow through RoomSync (`on_room_event`, `next_room_event`), rejoined after
     every reconnect. Message objects and room events get a `render` decision from the
     client's registry snapshot (RegistrySync), kept current when `track_registry` is on.
+    Calls (§12) are tracked in `calls`, their RTC_SIGNAL pushes also handed to
+    `on_call_signal` / `next_call_signal` (CallTracker).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         track_registry: bool | None = None,
         registry: TypeRegistry | None = None,
         max_queued_room_events: int = 10_000,
+        max_queued_call_signals: int = 1_000,
     ) -> None:
         self.ws_url = ws_url
         self.token = token
@@ -100,6 +104,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         self.rooms = RoomSync(
             self, prepare=self._render_messages, max_queued_items=max_queued_room_events, backoff=self.backoff
         )
+        self.call_tracker = CallTracker(max_queued_call_signals)
         self._cursor = 0
         self.reconnects = 0
         self.invalid_frames = 0
@@ -419,6 +424,8 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
                 return
         if frame_type == "EVENT":
             self._render_pushed_event(frame.get("event"))
+        elif frame_type == "RTC_SIGNAL":
+            self.call_tracker.accept(frame)  # before the push callbacks, so `calls` is current
         elif frame_type == "REGISTRY_UPDATED":
             self.registry_sync.announce(frame.get("registry_version"))
         self._pushes.put(frame)
