@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import resource
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +36,57 @@ from tests.harness.qim_process import (  # noqa: E402  (the harness tests use, r
     pg_database,
     sqlite_database,
 )
-from tests.harness.services import PostgresServer  # noqa: E402
+from tests.harness.qim_process import process_env  # noqa: E402
+from tests.harness.services import PostgresServer, free_port, wait_for_port  # noqa: E402
+
+# Daphne started through this, so that its file-descriptor limit is raised to the hard limit
+# first (thousands of sockets; `ulimit -n` may be 1024 and the shell cannot raise it for us).
+DAPHNE_WRAPPER = (
+    "import resource, sys; "
+    "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)); "
+    "sys.argv[0] = 'daphne'; "
+    "from daphne.cli import CommandLineInterface; CommandLineInterface.entrypoint()"
+)
+
+
+# Everything a benchmark starts, stopped at exit whatever happened (SIGTERM included: run_all
+# sends it to a script that overran its time limit).
+_RUNNING: list[Any] = []
+
+
+def _stop_everything() -> None:
+    while _RUNNING:
+        server = _RUNNING.pop()
+        try:
+            server.stop()
+        except Exception:
+            pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
+import atexit  # noqa: E402
+
+atexit.register(_stop_everything)
+if mp.current_process().name == "MainProcess":
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def running(server: Any) -> Any:
+    """Remember a started server so that it is stopped at exit; answers it."""
+    _RUNNING.append(server)
+    return server
+
+
+def raise_nofile() -> int:
+    """Raise this process's open-file limit to the hard limit; answers the new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -63,7 +116,7 @@ class Backend:
                 self._template = make_sqlite_template(self.work_dir)
             return sqlite_database(self._template, self.work_dir, name)
         if self.pg is None:
-            self.pg = PostgresServer.start()
+            self.pg = running(PostgresServer.start())
             self._template = make_pg_template(self.pg)
         return pg_database(self.pg, self._template, name)
 
@@ -78,9 +131,154 @@ def work_directory():  # type: ignore[no-untyped-def]
         yield Path(path)
 
 
-def start_node(db: QimDatabase, work_dir: Path, node_id: str, extra_env: dict[str, str] | None = None) -> QimNode:
+class BenchNode(QimNode):
+    """A QimNode whose daphne runs with the open-file limit raised (DAPHNE_WRAPPER)."""
+
+    app: str = "qim.asgi:application"
+    health_path: str = "/api/v1/health"
+
+    def start(self, extra_env: dict[str, str] | None = None, timeout: float = 60.0) -> "BenchNode":
+        env = process_env({**self.env, "QIM_NODE_ID": self.node_id, **(extra_env or {})})
+        self.starts += 1
+        log = open(self.log_path, "a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", DAPHNE_WRAPPER, "-b", "127.0.0.1", "-p", str(self.port),
+             "--websocket-max-message-size", "1048576", self.app],
+            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        )
+        if self not in _RUNNING:
+            running(self)
+        self._wait_healthy(timeout)
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        wait_for_port("127.0.0.1", self.port, timeout)
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"{self.node_id} exited:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.http_url}{self.health_path}", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.node_id} not healthy after {timeout}s")
+
+
+class TutorialNode(BenchNode):
+    """The Channels-tutorial room baseline (bench/baselines/), same daphne as QIM."""
+
+    app = "bench.baselines.tutorial_asgi:application"
+    health_path = "/"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/chat/bench/"
+
+    def counters(self) -> dict[str, int]:
+        import httpx
+
+        return httpx.get(self.http_url + "/", timeout=10).json()
+
+
+def start_node(db: QimDatabase, work_dir: Path, node_id: str, extra_env: dict[str, str] | None = None,
+               run_env: dict[str, str] | None = None) -> BenchNode:
+    """`extra_env` stays with the node across restarts; `run_env` is for this start only."""
     env = {**db.env, "QIM_VAR_DIR": str(work_dir), "QIM_LOG_LEVEL": "ERROR", **(extra_env or {})}
-    return QimNode(node_id=node_id, env=env, log_dir=work_dir).start()
+    return BenchNode(node_id=node_id, env=env, log_dir=work_dir).start(run_env)
+
+
+def start_tutorial(work_dir: Path, node_id: str, extra_env: dict[str, str] | None = None) -> TutorialNode:
+    env = {"DJANGO_SETTINGS_MODULE": "bench.baselines.tutorial_settings", **(extra_env or {})}
+    return TutorialNode(node_id=node_id, env=env, log_dir=work_dir).start()
+
+
+class RawWsServer:
+    """bench/baselines/raw_ws.py in its own process."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.port = free_port()
+        self.log_path = work_dir / "raw_ws.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/"
+
+    def start(self) -> "RawWsServer":
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "bench" / "baselines" / "raw_ws.py"), "--port", str(self.port)],
+            cwd=REPO, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT,
+        )
+        running(self)
+        wait_for_port("127.0.0.1", self.port, 30)
+        return self
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen | None) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+class RedisServer:
+    """A throwaway redis-server on a free loopback port, nothing persisted."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.port = free_port()
+        self.work_dir = work_dir
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.work_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        running(self)
+        wait_for_port("127.0.0.1", self.port, 30)
+        return self
+
+    def command_calls(self) -> dict[str, int]:
+        """INFO commandstats: calls per command (commands run inside scripts included)."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        try:
+            stats = client.info("commandstats")
+        finally:
+            client.close()
+        return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+    def reset_stats(self, flush: bool = False) -> None:
+        """CONFIG RESETSTAT (commandstats from zero); with `flush`, FLUSHALL first. Never
+        flush under running QIM nodes: leases and node heartbeats live there."""
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        try:
+            if flush:
+                client.flushall()
+            client.config_resetstat()
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        stop_process(self.process)
 
 
 def bootstrap(node: QimNode, tenant: str = "bench") -> str:
@@ -99,12 +297,27 @@ class CpuMeter:
     """CPU% of processes over an interval (100 = one core)."""
 
     def __init__(self, pids: list[int]) -> None:
-        self.procs = [psutil.Process(pid) for pid in pids]
-        for proc in self.procs:
-            proc.cpu_percent(None)
+        self.procs = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                proc.cpu_percent(None)
+                self.procs.append(proc)
+            except psutil.Error:
+                pass
 
     def read(self) -> float:
-        return round(sum(proc.cpu_percent(None) for proc in self.procs), 1)
+        return round(sum(self.each()), 1)
+
+    def each(self) -> list[float]:
+        """CPU% of each process (0 for one that exited meanwhile)."""
+        out = []
+        for proc in self.procs:
+            try:
+                out.append(proc.cpu_percent(None))
+            except psutil.Error:
+                out.append(0.0)
+        return out
 
 
 def run_in_processes(target: Callable[..., Any], args_list: list[tuple]) -> list[Any]:

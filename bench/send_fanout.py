@@ -3,10 +3,13 @@ PostgreSQL, against a baseline in the same run: the same rows written by raw SQL
 transaction per message: the log row plus one mailbox row per member), i.e. what the database
 itself can do without QIM around it.
 
-    python bench/send_fanout.py [--quick] [--backends sqlite,postgres] [--sizes 10,100,1000]
+    python bench/send_fanout.py [--quick] [--backends sqlite,postgres] [--sizes 10,100,1000] [--profile DIR]
 
 The per-user message rate is raised for this run (QIM_PER_USER_MSG_RATE=100000): we measure
-the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once.
+the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once,
+in a load process of their own (the `websockets` client, compression off: four sockets are no
+load). --quick runs 2 s per case instead of 6 s, same sizes. --profile samples the server with
+py-spy during each case (raw stacks in DIR, a summary in the output).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyspy import Sampler, print_summary, summarize as summarize_profile
 from common import (
     Backend,
     CpuMeter,
@@ -42,7 +46,7 @@ def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds
 
     async def one(token: str, index: int) -> list[float]:
         latencies = []
-        async with websockets.connect(ws_url, max_size=None) as ws:
+        async with websockets.connect(ws_url, max_size=None, compression=None) as ws:
             await ws.send(json.dumps({"type": "AUTH", "token": token, "device_id": "populated"}))
             assert json.loads(await ws.recv())["type"] == "AUTH_OK"
             deadline = time.monotonic() + seconds
@@ -114,7 +118,21 @@ def pg_url(db) -> str:  # type: ignore[no-untyped-def]
     return db.pg.url(db.dbname)
 
 
-def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path) -> list[dict[str, Any]]:
+PROFILES: dict[str, dict] = {}
+
+
+def database_pids(backend: Backend) -> list[int]:
+    """PostgreSQL's postmaster and its backends (their CPU is the database's share)."""
+    if backend.pg is None:
+        return []
+    import psutil
+
+    master = int((backend.pg.datadir / "postmaster.pid").read_text().split()[0])
+    proc = psutil.Process(master)
+    return [master] + [child.pid for child in proc.children(recursive=True)]
+
+
+def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, profile_dir: Path | None = None) -> list[dict[str, Any]]:
     backend = Backend(kind, work_dir)
     results = []
     try:
@@ -129,8 +147,15 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path) -> 
             sender_tokens = list(tokens["users"].values())[:SENDERS]
             for size in sizes:
                 meter = CpuMeter([node.process.pid])
+                db_meter = CpuMeter(database_pids(backend))
+                sampler = None
+                if profile_dir is not None:
+                    sampler = Sampler(node.process.pid, seconds, profile_dir / f"send_fanout-{kind}-{size}.txt")
                 out = run_in_processes(sender_process, [(node.ws_url, sender_tokens, groups[size], seconds)])[0]
                 server_cpu = meter.read()
+                db_cpu = db_meter.read() if db_meter.procs else None
+                if sampler is not None and (path := sampler.wait()) is not None:
+                    PROFILES[f"{kind}-{size}"] = summarize_profile(path)
                 baseline_db = backend.database(f"baseline_{kind}_{size}")
                 url = baseline_db.url if kind == "sqlite" else pg_url(baseline_db)
                 raw = run_in_processes(raw_sql_baseline, [(kind, url, size, seconds)])[0]
@@ -142,7 +167,7 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path) -> 
                     "ack_p50_ms": round(percentile(out["latencies"], 50), 1),
                     "ack_p99_ms": round(percentile(out["latencies"], 99), 1),
                     "ack_mean_ms": round(mean(out["latencies"]), 1),
-                    "server_cpu_pct": server_cpu,
+                    "server_cpu_pct": server_cpu, "postgres_cpu_pct": db_cpu,
                     "raw_sql_sends_per_s": round(raw_sends, 1),
                     "raw_sql_rows_per_s": round(raw_sends * size),
                     "qim_vs_raw_sql": round(sends / raw_sends, 3) if raw_sends else None,
@@ -159,23 +184,30 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 s per case instead of 6 s")
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--profile", type=Path, help="py-spy the server during each case; raw stacks here")
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     seconds = 2.0 if args.quick else 6.0
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
     with work_directory() as work_dir:
         for kind in args.backends.split(","):
-            rows += run_backend(kind, sizes, seconds, work_dir)
+            rows += run_backend(kind, sizes, seconds, work_dir, args.profile)
     print_table(
         f"SEND fan-out ({SENDERS} closed-loop senders, {seconds:g} s per case, 64-byte text)",
-        ["backend", "members", "SEND/s", "mailbox rows/s", "p50 ms", "p99 ms", "server CPU%", "raw SQL msg/s", "QIM/raw"],
+        ["backend", "members", "SEND/s", "mailbox rows/s", "p50 ms", "p99 ms", "server CPU%", "PostgreSQL CPU%",
+         "raw SQL msg/s", "QIM/raw"],
         [[r["backend"], r["members"], r["sends_per_s"], r["mailbox_rows_per_s"], r["ack_p50_ms"], r["ack_p99_ms"],
-          r["server_cpu_pct"], r["raw_sql_sends_per_s"], r["qim_vs_raw_sql"]] for r in rows],
+          r["server_cpu_pct"], r["postgres_cpu_pct"] if r["postgres_cpu_pct"] is not None else "-",
+          r["raw_sql_sends_per_s"], r["qim_vs_raw_sql"]] for r in rows],
     )
     ratios = {f"{r['backend']}_{r['members']}_qim_vs_raw_sql": r["qim_vs_raw_sql"] for r in rows}
     pg_1000 = next((r for r in rows if r["backend"] == "postgres" and r["members"] == 1000), None)
     targets = {"postgres_1000_sends_per_s >= 50": bool(pg_1000 and pg_1000["sends_per_s"] >= 50)}
-    emit({"scenario": "send_fanout", "quick": args.quick, "seconds_per_case": seconds, "cases": rows,
+    for tag, summary in PROFILES.items():
+        print_summary(f"profile {tag}", summary)
+    emit({"scenario": "send_fanout", "quick": args.quick, "seconds_per_case": seconds, "cases": rows, "profiles": PROFILES,
           "ratios": ratios, "targets": targets})
 
 

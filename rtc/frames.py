@@ -1,4 +1,4 @@
-"""RTC_SIGNAL (protocol.md §9), and each node's side of a relayed signal."""
+"""RTC_SIGNAL (protocol.md §12), and each node's side of a relayed signal."""
 
 from __future__ import annotations
 
