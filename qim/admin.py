@@ -4,6 +4,7 @@ with its moderation action, the moderation audit, and the contract models of pro
 
 from django.contrib import admin, messages
 
+from qim.admin_base import ReadOnlyAdmin
 from qim.errors import Refused
 from qim.models import (
     Device,
@@ -54,7 +55,7 @@ class DeviceAdmin(admin.ModelAdmin):
 
 
 @admin.register(MessageRecord)
-class MessageRecordAdmin(admin.ModelAdmin):
+class MessageRecordAdmin(ReadOnlyAdmin):
     """The commit log, read-only; operators moderate through the recall action."""
 
     list_display = ["conversation_id", "conversation_seq", "kind", "content_type", "sender", "state", "sent_at_ms"]
@@ -62,17 +63,7 @@ class MessageRecordAdmin(admin.ModelAdmin):
     # Exact matches only: the log is the biggest table, and these hit its indexes.
     search_fields = ["=message_id", "=conversation__id", "=sender__username"]
     list_select_related = ["sender__tenant"]
-    show_full_result_count = False
     actions = ["recall_selected"]
-
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
 
     def has_recall_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
         # The log is never edited here, but moderating it is a change: it takes that permission.
@@ -93,34 +84,12 @@ class MessageRecordAdmin(admin.ModelAdmin):
 
 
 @admin.register(ModerationAudit)
-class ModerationAuditAdmin(admin.ModelAdmin):
+class ModerationAuditAdmin(ReadOnlyAdmin):
     """Every moderation act; written by qim.moderation only, never edited here."""
 
     list_display = ["at_ms", "tenant", "actor", "action", "outcome", "conversation_id", "conversation_seq", "reason"]
     list_filter = ["tenant", "action", "outcome"]
     search_fields = ["actor", "conversation_id", "message_id"]
-    show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows that only actions write: operators look and count, never edit."""
-
-    show_full_result_count = False
-
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(UserMailboxEntry)

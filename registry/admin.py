@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
+from qim.admin_base import ReadOnlyAdmin
 from qim.errors import Refused
 from registry.actions import InvalidType, do_create_type, do_update_type, type_values
 from registry.models import CustomMessageType, CustomMessageTypeChange
@@ -69,17 +70,8 @@ class CustomMessageTypeAdmin(admin.ModelAdmin):
 
 
 @admin.register(CustomMessageTypeChange)
-class CustomMessageTypeChangeAdmin(admin.ModelAdmin):
+class CustomMessageTypeChangeAdmin(ReadOnlyAdmin):
     list_display = ["registry_version", "tenant", "message_type", "action", "actor", "at"]
     list_filter = ["tenant", "action"]
     search_fields = ["message_type__custom_type", "actor"]
     readonly_fields = ["tenant", "message_type", "registry_version", "actor", "action", "changes", "at"]
-
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False

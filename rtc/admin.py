@@ -2,25 +2,20 @@
 
 from django.contrib import admin
 
+from qim.admin_base import ReadOnlyAdmin
 from rtc.models import CallRecord, VoipPushQuota
 
 
 @admin.register(CallRecord)
-class CallRecordAdmin(admin.ModelAdmin):
+class CallRecordAdmin(ReadOnlyAdmin):
     list_display = ("call_id", "tenant", "caller_id", "callee_id", "outcome", "duration_s", "ended_at_ms")
     list_filter = ("outcome", "tenant")
     search_fields = ("call_id", "caller_id", "callee_id")
     readonly_fields = [f.name for f in CallRecord._meta.fields]
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
 
 @admin.register(VoipPushQuota)
-class VoipPushQuotaAdmin(admin.ModelAdmin):
+class VoipPushQuotaAdmin(ReadOnlyAdmin):
     list_display = ("device", "day", "count")
     list_filter = ("day",)
     readonly_fields = ("device", "day", "count")
-
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
-        return False

@@ -163,3 +163,15 @@ async def cluster_acme(cluster: QimDeployment) -> AsyncIterator[TenantHandle]:
     handle = cluster.tenants["acme"]
     yield handle
     await handle.close_clients()
+
+
+@pytest.fixture
+def operator_client():  # type: ignore[no-untyped-def]
+    """A Django test client logged into the admin as an operator (a superuser)."""
+    from django.contrib.auth.models import User as Operator
+    from django.test import Client
+
+    Operator.objects.create_superuser("operator", "op@example.com", "pw")
+    client = Client()
+    client.login(username="operator", password="pw")
+    return client

@@ -4,21 +4,12 @@ audited; the log itself stays read-only there (Django test client, in process)."
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User as Operator
 from django.test import Client
 
 from qim.models import MessageRecord, ModerationAudit
 from tests.control.personas_in_process import make_cast, send_text
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator_client() -> Client:
-    Operator.objects.create_superuser("operator", "op@example.com", "pw")
-    client = Client()
-    client.login(username="operator", password="pw")
-    return client
 
 
 def test_the_recall_action_recalls_with_no_window_and_audits_the_operator(operator_client: Client) -> None:

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User as Operator
 from django.test import Client
 
 from qim.actions.accounts import do_bootstrap_tenant, do_issue_token
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator_client() -> Client:
-    Operator.objects.create_superuser("operator", "op@example.com", "pw")
-    client = Client()
-    client.login(username="operator", password="pw")
-    return client
 
 
 def test_admin_lists_tenants_users_and_devices(operator_client: Client) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User as Operator
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -45,11 +44,8 @@ def tenant_admin():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def operator() -> Client:
-    Operator.objects.create_superuser("operator", "op@example.com", "pw")
-    client = Client()
-    client.login(username="operator", password="pw")
-    return client
+def operator(operator_client: Client) -> Client:
+    return operator_client
 
 
 def admin_form_data(tenant_id: int, values: dict) -> dict:
