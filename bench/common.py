@@ -81,6 +81,25 @@ def running(server: Any) -> Any:
     return server
 
 
+# The same, serving through uvicorn instead: measured side by side when it is installed
+# (`pip install uvicorn`); not a requirement, daphne stays the supported server.
+UVICORN_WRAPPER = DAPHNE_WRAPPER.split("sys.argv[0]")[0] + "sys.argv[0] = 'uvicorn'; import uvicorn; uvicorn.main()"
+
+
+def uvicorn_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("uvicorn") is not None
+
+
+def server_argv(port: int, app: str, asgi_server: str = "daphne") -> list[str]:
+    if asgi_server == "uvicorn":
+        return [sys.executable, "-c", UVICORN_WRAPPER, "--host", "127.0.0.1", "--port", str(port), "--ws", "websockets",
+                "--lifespan", "off", "--no-access-log", "--ws-max-size", "1048576", app]
+    return [sys.executable, "-c", DAPHNE_WRAPPER, "-b", "127.0.0.1", "-p", str(port),
+            "--websocket-max-message-size", "1048576", app]
+
+
 def raise_nofile() -> int:
     """Raise this process's open-file limit to the hard limit; answers the new limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -136,15 +155,14 @@ class BenchNode(QimNode):
 
     app: str = "qim.asgi:application"
     health_path: str = "/api/v1/health"
+    asgi_server: str = "daphne"
 
     def start(self, extra_env: dict[str, str] | None = None, timeout: float = 60.0) -> "BenchNode":
         env = process_env({**self.env, "QIM_NODE_ID": self.node_id, **(extra_env or {})})
         self.starts += 1
         log = open(self.log_path, "a")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", DAPHNE_WRAPPER, "-b", "127.0.0.1", "-p", str(self.port),
-             "--websocket-max-message-size", "1048576", self.app],
-            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            server_argv(self.port, self.app, self.asgi_server), env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )
         if self not in _RUNNING:
             running(self)
@@ -185,10 +203,12 @@ class TutorialNode(BenchNode):
 
 
 def start_node(db: QimDatabase, work_dir: Path, node_id: str, extra_env: dict[str, str] | None = None,
-               run_env: dict[str, str] | None = None) -> BenchNode:
+               run_env: dict[str, str] | None = None, asgi_server: str = "daphne") -> BenchNode:
     """`extra_env` stays with the node across restarts; `run_env` is for this start only."""
     env = {**db.env, "QIM_VAR_DIR": str(work_dir), "QIM_LOG_LEVEL": "ERROR", **(extra_env or {})}
-    return BenchNode(node_id=node_id, env=env, log_dir=work_dir).start(run_env)
+    node = BenchNode(node_id=node_id, env=env, log_dir=work_dir)
+    node.asgi_server = asgi_server
+    return node.start(run_env)
 
 
 def start_tutorial(work_dir: Path, node_id: str, extra_env: dict[str, str] | None = None) -> TutorialNode:

@@ -8,7 +8,7 @@ itself can do without QIM around it.
 The per-user message rate is raised for this run (QIM_PER_USER_MSG_RATE=100000): we measure
 the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once,
 in a load process of their own (the `websockets` client, compression off: four sockets are no
-load). --quick runs 2 s per case instead of 6 s, same sizes. --profile samples the server with
+load). --quick runs 2 s per case instead of 5 s, same sizes. --profile samples the server with
 py-spy during each case (raw stacks in DIR, a summary in the output).
 """
 
@@ -181,14 +181,14 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 s per case instead of 6 s")
+    parser.add_argument("--quick", action="store_true", help="2 s per case instead of 5 s")
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--sizes", default="10,100,1000")
     parser.add_argument("--profile", type=Path, help="py-spy the server during each case; raw stacks here")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    seconds = 2.0 if args.quick else 6.0
+    seconds = 2.0 if args.quick else 5.0
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
     with work_directory() as work_dir:

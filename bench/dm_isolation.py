@@ -1,0 +1,200 @@
+"""DM isolation (C-3): DM delivery latency between two users on one node, alone and while one
+room on the same node takes 200 msg/s offered load with 500 members.
+
+    python bench/dm_isolation.py [--quick] [--backend sqlite|postgres]
+
+The node runs QIM's default limits, so the room accepts room_msg_rate (20/s) of the 200 msg/s
+offered and refuses the rest (rate_limited): the flood costs what a real one would, frames in
+and refusals out, plus the accepted messages' fan-out to 500 members. The DM pair lives in its
+own process: one user SENDs at DM_RATE msg/s with its send time in the text, the other times
+each EVENT push. Room members are two lean receiver processes, the flood sender a third.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from common import Backend, CpuMeter, bootstrap, emit, percentile, populate, print_table, start_node, work_directory
+from loadgen import Members, Senders, Target, _ctx, _get_while_alive, open_member
+
+MEMBERS = 500
+FLOOD_RATE = 200.0
+DM_RATE = 15.0
+ROOM = "flood"
+
+
+def dm_process(url: str, sender_token: str, receiver_token: str, conversation_id: str, phases: list[float],
+               ready, go, results) -> None:  # type: ignore[no-untyped-def]
+    """For each phase: wait for `go`, SEND at DM_RATE for that many seconds, and report the
+    EVENT delivery latencies (ms) and ACK round trips of that phase."""
+    from common import raise_nofile
+
+    raise_nofile()
+
+    async def main() -> None:
+        target = Target("qim", url)
+        a = await open_member(target, sender_token)
+        b = await open_member(target, receiver_token)
+        latencies: list[float] = []
+        acks: dict[str, float] = {}
+        ack_ms: list[float] = []
+        errors: dict[str, int] = {}
+
+        def on_event(payload: bytes) -> None:
+            now = time.time_ns()
+            frame = json.loads(payload)
+            if frame.get("type") != "EVENT":
+                return
+            text = ((frame.get("event") or {}).get("message") or {}).get("payload", {}).get("text", "")
+            if text.startswith("t="):
+                latencies.append((now - int(text[2:].split(" ", 1)[0])) / 1e6)
+
+        def on_ack(payload: bytes) -> None:
+            frame = json.loads(payload)
+            started = acks.pop(frame.get("req_id", ""), None)
+            if started is not None and frame.get("type") == "ACK":
+                ack_ms.append((time.perf_counter() - started) * 1000)
+            elif frame.get("type") == "ERROR":
+                errors[frame.get("code", "?")] = errors.get(frame.get("code", "?"), 0) + 1
+
+        b.on_text, a.on_text = on_event, on_ack
+        ready.put({"connected": 2})
+        serial = 0
+        for seconds in phases:
+            while not go.is_set():
+                await asyncio.sleep(0.01)
+            go.clear()
+            latencies.clear()
+            ack_ms.clear()
+            errors.clear()
+            began = time.monotonic()
+            total = int(DM_RATE * seconds)
+            for n in range(total):
+                delay = began + n / DM_RATE - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                serial += 1
+                req = f"dm{serial}"
+                acks[req] = time.perf_counter()
+                text = f"t={time.time_ns()} i={serial} "
+                a.send_text(json.dumps({"type": "SEND", "req_id": req, "conversation_id": conversation_id,
+                                        "client_msg_id": f"dm-{serial}-{time.time_ns()}", "content_type": "text",
+                                        "payload": {"text": text + "x" * (64 - len(text))}}))
+            settle = time.monotonic() + 5
+            while time.monotonic() < settle and len(latencies) < total:
+                await asyncio.sleep(0.05)
+            results.put({"sent": total, "latencies": list(latencies), "ack_ms": list(ack_ms), "errors": dict(errors)})
+        a.abort()
+        b.abort()
+
+    asyncio.run(main())
+
+
+def summarize(phase: str, out: dict[str, Any], cpu: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    lat = out["latencies"]
+    return {
+        "phase": phase, "dm_sent": out["sent"], "dm_delivered": len(lat),
+        "dm_p50_ms": round(percentile(lat, 50), 1), "dm_p99_ms": round(percentile(lat, 99), 1),
+        "dm_max_ms": round(max(lat), 1) if lat else None,
+        "ack_p99_ms": round(percentile(out["ack_ms"], 99), 1), "dm_refused": out["errors"],
+        "server_cpu_pct": cpu, **(extra or {}),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="8 s phases instead of 15 s")
+    parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument("--asgi-server", default="daphne", choices=["daphne", "uvicorn"],
+                        help="serve QIM with uvicorn instead (side-by-side runs; uvicorn must be installed)")
+    args = parser.parse_args()
+    seconds = 8.0 if args.quick else 15.0
+    rows: list[dict[str, Any]] = []
+    with work_directory() as work_dir:
+        backend = Backend(args.backend, work_dir)
+        node = None
+        try:
+            node = start_node(backend.database("dm"), work_dir, "dm-a", asgi_server=args.asgi_server)
+            admin = bootstrap(node)
+            tokens = populate(node, MEMBERS + 3, work_dir / "dm-tokens.json")["users"]
+            users = list(tokens)
+            alice, bob = users[-2], users[-1]
+            headers = {"Authorization": f"Token {tokens[alice]}"}
+            dm = httpx.post(f"{node.http_url}/api/v1/conversations", headers=headers, timeout=30,
+                            json={"kind": "direct", "member_user_ids": [bob]}).json()["conversation_id"]
+            created = httpx.post(f"{node.http_url}/api/v1/rooms", json={"room_id": ROOM},
+                                 headers={"Authorization": f"Token {admin}"}, timeout=30)
+            created.raise_for_status()
+
+            ctx = _ctx()
+            ready, go, results = ctx.Queue(), ctx.Event(), ctx.Queue()
+            pair = ctx.Process(target=dm_process, daemon=True,
+                               args=(node.ws_url, tokens[alice], tokens[bob], dm, [seconds, seconds], ready, go, results))
+            pair.start()
+            members = senders = None
+            try:
+                _get_while_alive(ready, [pair], 120)
+                meter = CpuMeter([node.process.pid])
+                go.set()
+                alone = _get_while_alive(results, [pair], seconds + 60)
+                rows.append(summarize("alone", alone, meter.read()))
+
+                room = Target("qim", node.ws_url, ROOM)
+                member_tokens = [tokens[u] for u in users[:MEMBERS]]
+                members = Members([(room, member_tokens[0::2]), (room, member_tokens[1::2])])
+                members.wait_ready()
+                senders = Senders(room, [tokens[users[MEMBERS]]], "rate", {"rate": FLOOD_RATE, "seconds": seconds + 3})
+                senders.wait_ready()
+                members.recording.value = 1
+                senders.start()
+                time.sleep(1.5)
+                meter = CpuMeter([node.process.pid])
+                go.set()
+                flood = _get_while_alive(results, [pair], seconds + 60)
+                cpu = meter.read()
+                tally = senders.result(timeout=30)
+                data = members.collect()
+                room_lat = list(data["latencies"])
+                rows.append(summarize("room flood", flood, cpu, {
+                    "room_offered_per_s": FLOOD_RATE, "room_accepted": tally["accepted"],
+                    "room_accepted_per_s": round(tally["accepted"] / tally["elapsed"], 1),
+                    "room_refused": tally["errors"], "room_members": MEMBERS,
+                    "room_deliveries": len(room_lat), "room_p99_ms": round(percentile(room_lat, 99), 1),
+                }))
+            finally:
+                if members is not None:
+                    members.close()
+                if senders is not None:
+                    senders.close()
+                pair.join(timeout=10)
+                if pair.is_alive():
+                    pair.kill()
+        finally:
+            if node is not None:
+                node.stop()
+            backend.close()
+
+    print_table(
+        f"DM isolation ({args.backend}, {args.asgi_server}; DM at {DM_RATE:g}/s for {seconds:g} s per phase; room: {MEMBERS} members, "
+        f"{FLOOD_RATE:g} msg/s offered, default limits)",
+        ["phase", "DMs", "delivered", "refused", "p50 ms", "p99 ms", "max ms", "ACK p99 ms", "server CPU%", "room accepted/s", "room p99 ms"],
+        [[r["phase"], r["dm_sent"], r["dm_delivered"], sum(r["dm_refused"].values()), r["dm_p50_ms"], r["dm_p99_ms"], r["dm_max_ms"], r["ack_p99_ms"],
+          r["server_cpu_pct"], r.get("room_accepted_per_s", "-"), r.get("room_p99_ms", "-")] for r in rows],
+    )
+    alone, flood = rows[0], rows[1]
+    ratio = round(flood["dm_p99_ms"] / alone["dm_p99_ms"], 2) if alone["dm_p99_ms"] else None
+    emit({"scenario": "dm_isolation", "quick": args.quick, "backend": args.backend, "asgi_server": args.asgi_server, "seconds_per_phase": seconds,
+          "cases": rows, "ratios": {"p99_flood_vs_alone": ratio},
+          "targets": {"p99_flood_vs_alone <= 1.5": bool(ratio is not None and ratio <= 1.5),
+                      "every DM delivered": all(r["dm_delivered"] == r["dm_sent"] for r in rows)}})
+
+
+if __name__ == "__main__":
+    main()
