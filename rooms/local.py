@@ -52,6 +52,7 @@ class LocalRoom:
     last_flush: float = 0.0
     flush_task: asyncio.TimerHandle | None = None
     reported_holder: str | None = None
+    reported_at: float = 0.0
 
     @property
     def count(self) -> int:
@@ -117,6 +118,9 @@ class LocalRooms:
                 await self._push(conn, text)
             else:
                 self._defer(conn, room, events)
+        # The next tick counts from the end of this one: a flush to many sockets that takes
+        # longer than the interval must not make every following flush carry one event.
+        room.last_flush = time.monotonic()
 
     # --- the per-connection budget -----------------------------------------------------------
 

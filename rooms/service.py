@@ -32,6 +32,7 @@ from rooms.writer import RoomWriter, TokenBucket
 logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 1.0
+REREPORT_S = 3.0
 NOT_WRITER = "not the room's writer"
 
 
@@ -184,9 +185,13 @@ class RoomService:
         rooms = [room for room in self.local.rooms.values() if room.count > 0]
         holders = await self.leases.holders([room.key for room in rooms])
         for room, holder in zip(rooms, holders):
-            if holder is None or holder != room.reported_holder:
+            # Also every few seconds regardless: a writer that lost its lease and took it back
+            # under the same holder string starts with an empty count table.
+            stale = time.monotonic() - room.reported_at > REREPORT_S
+            if holder is None or holder != room.reported_holder or stale:
                 await self.call_writer(room.key, "room.count", {"node": self.node.node_id, "count": room.count})
                 (room.reported_holder,) = await self.leases.holders([room.key])
+                room.reported_at = time.monotonic()
         live = await self.node.directory.live_nodes()
         if live is not None:
             live.add(self.node.node_id)
