@@ -36,7 +36,7 @@ from tests.harness.qim_process import (  # noqa: E402  (the harness tests use, r
     pg_database,
     sqlite_database,
 )
-from tests.harness.qim_process import process_env  # noqa: E402
+from tests.harness.qim_process import process_env, wait_until_healthy  # noqa: E402
 from tests.harness.services import PostgresServer, free_port, wait_for_port  # noqa: E402
 
 # Daphne started through this, so that its file-descriptor limit is raised to the hard limit
@@ -170,20 +170,7 @@ class BenchNode(QimNode):
         return self
 
     def _wait_healthy(self, timeout: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        wait_for_port("127.0.0.1", self.port, timeout)
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"{self.node_id} exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.http_url}{self.health_path}", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.node_id} not healthy after {timeout}s")
+        wait_until_healthy(self.process, self.port, f"{self.http_url}{self.health_path}", self.log_path, self.node_id, timeout)
 
 
 class TutorialNode(BenchNode):

@@ -114,6 +114,24 @@ def pg_database(pg: PostgresServer, template: str, name: str) -> QimDatabase:
     return QimDatabase(url=pg.url(name), pg=pg, dbname=name)
 
 
+def wait_until_healthy(
+    process: subprocess.Popen | None, port: int, health_url: str, log_path: Path, name: str, timeout: float
+) -> None:
+    """Until `health_url` answers 200; fails at once (with the log's tail) if the process died."""
+    deadline = time.monotonic() + timeout
+    wait_for_port("127.0.0.1", port, timeout)
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{name} exited:\n{log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(health_url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{name} not healthy after {timeout}s")
+
+
 @dataclass
 class QimNode:
     """One daphne process serving qim.asgi:application on a free port."""
@@ -159,18 +177,7 @@ class QimNode:
         return self
 
     def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        wait_for_port("127.0.0.1", self.port, timeout)
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"{self.node_id} exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.http_url}/api/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.node_id} not healthy after {timeout}s")
+        wait_until_healthy(self.process, self.port, f"{self.http_url}/api/v1/health", self.log_path, self.node_id, timeout)
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean anything up, as in a crash."""
