@@ -89,21 +89,25 @@ def write_mailbox_entries(
 
 
 def bump_badges(user_pks: Sequence[int], now_ms: int) -> dict[int, int]:
-    """badge += 1 for each user (rows made on first use); answers the new badges."""
+    """badge += 1 for each user, making rows on first use; answers the new badges.
+
+    One upsert per chunk (INSERT ... ON CONFLICT DO UPDATE ... RETURNING, on PostgreSQL and
+    SQLite alike), in user order like the mailbox allocation, so concurrent writers to
+    overlapping member sets take the rows in the same order.
+    """
     if not user_pks:
         return {}
-    UserBadgeState.objects.bulk_create(
-        [UserBadgeState(user_id=pk) for pk in user_pks], ignore_conflicts=True, batch_size=_CHUNK
-    )
     table = UserBadgeState._meta.db_table
     badges: dict[int, int] = {}
     with connection.cursor() as cursor:
-        for chunk in _chunks(sorted(user_pks)):
-            marks = ",".join(["%s"] * len(chunk))
+        for chunk in _chunks(sorted(set(user_pks))):
+            rows = ",".join(["(%s, 1, %s)"] * len(chunk))
+            params = [value for pk in chunk for value in (pk, now_ms)]
             cursor.execute(
-                f"UPDATE {table} SET badge = badge + 1, updated_at_ms = %s "
-                f"WHERE user_id IN ({marks}) RETURNING user_id, badge",
-                [now_ms, *chunk],
+                f"INSERT INTO {table} (user_id, badge, updated_at_ms) VALUES {rows} "
+                f"ON CONFLICT (user_id) DO UPDATE SET badge = {table}.badge + 1, "
+                "updated_at_ms = excluded.updated_at_ms RETURNING user_id, badge",
+                params,
             )
             badges.update(cursor.fetchall())
     return badges
