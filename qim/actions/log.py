@@ -11,10 +11,11 @@ from qim.actions.mailbox import (
     bump_badges,
     enqueue_offline_pushes,
     event_push_parts,
+    push_capable_devices,
     write_mailbox_entries,
 )
 from qim.content_types import OWN_SEQ, TypePolicy
-from qim.models import Conversation, Device, MessageRecord, PushTask, User, UserMailboxEntry
+from qim.models import Conversation, MessageRecord, PushTask, User, UserMailboxEntry
 from qim.notify import UserPush, push_on_commit
 from qim.render import mailbox_event, message_object
 
@@ -109,9 +110,8 @@ def _count_for_others(
 ) -> int:
     others = [pk for pk in recipients if pk != sender_pk]
     badges = bump_badges(others, now_ms)
-    with_credentials = set(
-        Device.objects.filter(user_id__in=others).exclude(push_token="", voip_token="").values_list("user_id", flat=True)
-    )
+    devices = push_capable_devices(others)
+    with_credentials = {user_pk for _, user_pk, _ in devices}
     if not with_credentials:
         return 0
     from qim.gateway.node import get_node
@@ -133,7 +133,7 @@ def _count_for_others(
     }
     return enqueue_offline_pushes(
         tenant_id=conversation.tenant_id,
-        user_pks=sorted(with_credentials),
+        devices=devices,
         online_devices=online,
         payload_for=payloads,
         kind=PushTask.MESSAGE,

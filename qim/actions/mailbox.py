@@ -113,23 +113,27 @@ def bump_badges(user_pks: Sequence[int], now_ms: int) -> dict[int, int]:
     return badges
 
 
+def push_capable_devices(user_pks: Sequence[int]) -> list[tuple[int, int, str]]:
+    """(device pk, user pk, device_id) of every device of `user_pks` with push credentials."""
+    if not user_pks:
+        return []
+    return list(
+        Device.objects.filter(user_id__in=user_pks)
+        .exclude(push_token="", voip_token="")
+        .values_list("pk", "user_id", "device_id")
+    )
+
+
 def enqueue_offline_pushes(
     *,
     tenant_id: int,
-    user_pks: Sequence[int],
+    devices: Sequence[tuple[int, int, str]],
     online_devices: dict[int, set[str]],
     payload_for: dict[int, dict],
     kind: str,
     now_ms: int,
 ) -> int:
-    """A PushTask per device of `user_pks` that has push credentials and is not online."""
-    if not user_pks:
-        return 0
-    devices = (
-        Device.objects.filter(user_id__in=user_pks)
-        .exclude(push_token="", voip_token="")
-        .values_list("pk", "user_id", "device_id")
-    )
+    """A PushTask per device of `devices` (from push_capable_devices) that is not online."""
     tasks = [
         PushTask(
             tenant_id=tenant_id,
