@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
@@ -15,19 +16,30 @@ from django.db import IntegrityError, transaction
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.errors import Refused
-from qim.models import Conversation, MembershipInterval, MessageRecord, User
+from qim.models import Conversation, MembershipInterval, MessageRecord
 from reactions.models import MessageReaction, MessageReactionSummary, ReactionFingerprint
 
 # Member counts of big groups change rarely; counting 100 000 intervals on every REACT would not.
 _MEMBER_COUNT_TTL_S = 5.0
 _member_counts: dict[str, tuple[float, int]] = {}
 
+Pair = tuple[int, str]  # (user pk, reaction_key)
+
+
+@dataclass(frozen=True)
+class ReactRequest:
+    """One REACT frame, as the batch sees it: who, which key, add or remove."""
+
+    user_pk: int
+    reaction_key: str
+    action: str
+
 
 @dataclass(frozen=True)
 class ReactOutcome:
     conversation_id: str
     conversation_seq: int
-    counts: dict[str, int]
+    counts: dict[str, int]  # shared by outcomes of one batch with the same state: read only
     summary_version: int
     changed: bool
 
@@ -46,92 +58,173 @@ def fingerprint(user_pk: int, reaction_key: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def check_can_react(conversation: Conversation, user: User, seq: int) -> MessageRecord:
-    """The target message, if `user` can see it: `forbidden` for outsiders, `not_found` for
-    a seq that is no message (or a recalled or deleted one)."""
-    intervals = MembershipInterval.objects.filter(conversation=conversation, user=user)
-    if not intervals.exists():
-        raise Refused("forbidden", "you are not a member of this conversation")
-    if not any(i.covers(seq) for i in intervals):
-        raise Refused("not_found", f"no message {seq} that you can see")
-    target = MessageRecord.objects.filter(
+def check_reactors(conversation: Conversation, seq: int, user_pks: Iterable[int]) -> dict[int, Refused]:
+    """The refusal of each of `user_pks` who cannot see message `seq`: `forbidden` for
+    outsiders, `not_found` for a seq outside all their intervals. One query for all of them.
+
+    Read outside the REACT transaction: intervals only ever close after the seqs they cover,
+    so the answer for an existing message cannot change under us.
+    """
+    wanted = set(user_pks)
+    covered: dict[int, bool] = {}
+    rows = MembershipInterval.objects.filter(conversation=conversation, user_id__in=wanted).values_list(
+        "user_id", "joined_at", "left_at"
+    )
+    for user_pk, joined_at, left_at in rows:
+        # MembershipInterval.covers, without building 500 model instances per batch.
+        covers = joined_at < seq and (left_at is None or seq < left_at)
+        covered[user_pk] = covered.get(user_pk, False) or covers
+    refusals: dict[int, Refused] = {}
+    for user_pk in wanted:
+        if user_pk not in covered:
+            refusals[user_pk] = Refused("forbidden", "you are not a member of this conversation")
+        elif not covered[user_pk]:
+            refusals[user_pk] = Refused("not_found", f"no message {seq} that you can see")
+    return refusals
+
+
+def _target_visible(conversation: Conversation, seq: int) -> bool:
+    """A message (not a control event) at `seq` that is neither recalled nor deleted."""
+    return MessageRecord.objects.filter(
         conversation=conversation, conversation_seq=seq, kind=MessageRecord.MESSAGE
-    ).first()
-    if target is None or target.state in (MessageRecord.RECALLED, MessageRecord.DELETED):
-        raise Refused("not_found", f"no message {seq} to react to")
-    return target
+    ).exclude(state__in=(MessageRecord.RECALLED, MessageRecord.DELETED)).exists()
 
 
 def _locked_summary(conversation: Conversation, seq: int) -> MessageReactionSummary:
-    """The message's summary under its row lock (created on first use): REACTs to one message
-    serialize here, on every node."""
+    """The message's summary under its row lock (created on first use): batches of REACTs to
+    one message serialize here, on every node."""
+    locked = MessageReactionSummary.objects.select_for_update().filter(conversation=conversation, conversation_seq=seq)
+    summary = locked.first()
+    if summary is not None:
+        return summary
     try:
         with transaction.atomic():
             MessageReactionSummary.objects.get_or_create(
                 conversation=conversation, conversation_seq=seq, defaults={"tenant_id": conversation.tenant_id}
             )
     except IntegrityError:
-        pass  # another REACT made it first
-    return MessageReactionSummary.objects.select_for_update().get(conversation=conversation, conversation_seq=seq)
+        pass  # another node's REACT made it first
+    return locked.get()
 
 
-def _details_allowed(conversation: Conversation, summary: MessageReactionSummary) -> bool:
-    return (
-        member_count(conversation.pk) <= limit("reaction_detail_max_members")
-        and summary.detail_rows < limit("reaction_detail_max_per_message")
-    )
+@dataclass
+class _Stored:
+    """A batch's view of the message's rows for the pairs it touches: read once, changed in
+    memory REACT by REACT, written back as one diff."""
+
+    details: set[Pair]
+    fingerprints: set[int]
 
 
-def _add(conversation: Conversation, summary: MessageReactionSummary, user: User, key: str) -> bool:
+def _stored(conversation: Conversation, summary: MessageReactionSummary, fps: dict[Pair, int]) -> _Stored:
+    details: set[Pair] = set()
+    if summary.detail_rows:  # the summary counts its details: none, nothing to read
+        rows = MessageReaction.objects.filter(
+            conversation=conversation, conversation_seq=summary.conversation_seq,
+            user_id__in={pk for pk, _ in fps}, reaction_key__in={key for _, key in fps},
+        ).values_list("user_id", "reaction_key")
+        details = {pair for pair in rows if pair in fps}
+    found = ReactionFingerprint.objects.filter(summary=summary, fingerprint__in=set(fps.values()))
+    return _Stored(details, set(found.values_list("fingerprint", flat=True)))
+
+
+def _write_diff(conversation: Conversation, summary: MessageReactionSummary, before: _Stored, after: _Stored,
+                fps: dict[Pair, int]) -> None:
     seq = summary.conversation_seq
-    if MessageReaction.objects.filter(conversation=conversation, conversation_seq=seq, user=user, reaction_key=key).exists():
-        return False
-    fp = fingerprint(user.pk, key)
-    if ReactionFingerprint.objects.filter(summary=summary, fingerprint=fp).exists():
-        return False
-    if _details_allowed(conversation, summary):
-        MessageReaction.objects.create(
-            tenant_id=conversation.tenant_id, conversation=conversation, conversation_seq=seq,
-            user=user, reaction_key=key, created_at_ms=now_ms(),
-        )
-        summary.detail_rows += 1
-    else:
-        ReactionFingerprint.objects.create(summary=summary, fingerprint=fp)
-    return True
+    gone: dict[str, list[int]] = {}
+    for user_pk, key in before.details - after.details:
+        gone.setdefault(key, []).append(user_pk)
+    for key, user_pks in gone.items():  # one statement per key: a few keys, many users
+        MessageReaction.objects.filter(
+            conversation=conversation, conversation_seq=seq, reaction_key=key, user_id__in=user_pks
+        ).delete()
+    if gone_fps := before.fingerprints - after.fingerprints:
+        ReactionFingerprint.objects.filter(summary=summary, fingerprint__in=gone_fps).delete()
+    created_at = now_ms()
+    MessageReaction.objects.bulk_create([
+        MessageReaction(tenant_id=conversation.tenant_id, conversation=conversation, conversation_seq=seq,
+                        user_id=user_pk, reaction_key=key, created_at_ms=created_at)
+        for user_pk, key in after.details - before.details
+    ])
+    ReactionFingerprint.objects.bulk_create([
+        ReactionFingerprint(summary=summary, fingerprint=fp) for fp in after.fingerprints - before.fingerprints
+    ])
 
 
-def _remove(conversation: Conversation, summary: MessageReactionSummary, user: User, key: str) -> bool:
+def _apply(conversation: Conversation, summary: MessageReactionSummary, requests: list[ReactRequest],
+           small_group: bool) -> list[ReactOutcome]:
+    """Each REACT in arrival order against the in-memory state, exactly as one transaction
+    per REACT would have done it; then one write of the difference and one summary update."""
     seq = summary.conversation_seq
-    deleted, _ = MessageReaction.objects.filter(
-        conversation=conversation, conversation_seq=seq, user=user, reaction_key=key
-    ).delete()
-    if deleted:
-        summary.detail_rows -= 1
-        return True
-    deleted, _ = ReactionFingerprint.objects.filter(summary=summary, fingerprint=fingerprint(user.pk, key)).delete()
-    return bool(deleted)
+    fps = {(r.user_pk, r.reaction_key): fingerprint(r.user_pk, r.reaction_key) for r in requests}
+    before = _stored(conversation, summary, fps)
+    state = _Stored(set(before.details), set(before.fingerprints))
+    counts, version, detail_rows = dict(summary.counts), summary.summary_version, summary.detail_rows
+    max_details = limit("reaction_detail_max_per_message")
+    snapshot = dict(counts)
+    outcomes: list[ReactOutcome] = []
+    for request in requests:
+        pair = (request.user_pk, request.reaction_key)
+        present = pair in state.details or fps[pair] in state.fingerprints
+        if request.action == "add" and not present:
+            if small_group and detail_rows < max_details:
+                state.details.add(pair)
+                detail_rows += 1
+            else:
+                state.fingerprints.add(fps[pair])
+        elif request.action == "remove" and pair in state.details:
+            state.details.discard(pair)
+            detail_rows -= 1
+        elif request.action == "remove" and fps[pair] in state.fingerprints:
+            state.fingerprints.discard(fps[pair])
+        else:  # a repeated add, or a remove of something absent: succeeds, changes nothing
+            outcomes.append(ReactOutcome(conversation.pk, seq, snapshot, version, False))
+            continue
+        counts[request.reaction_key] = counts.get(request.reaction_key, 0) + (1 if request.action == "add" else -1)
+        if counts[request.reaction_key] <= 0:
+            del counts[request.reaction_key]
+        version += 1
+        snapshot = dict(counts)
+        outcomes.append(ReactOutcome(conversation.pk, seq, snapshot, version, True))
+    if version != summary.summary_version:
+        _write_diff(conversation, summary, before, state, fps)
+        summary.counts, summary.summary_version, summary.detail_rows = counts, version, detail_rows
+        summary.updated_at_ms = now_ms()
+        summary.save(update_fields=["counts", "summary_version", "detail_rows", "updated_at_ms"])
+    return outcomes
 
 
-def do_react(conversation: Conversation, user: User, seq: int, key: str, action: str) -> ReactOutcome:
-    """Add or remove one reaction; opens its own transaction.
+def do_react_batch(conversation: Conversation, seq: int, requests: list[ReactRequest]) -> list[ReactOutcome | Refused]:
+    """Add or remove reactions on one message, many REACTs at once; opens its own transaction
+    and holds the summary's row lock in it.
 
-    A repeated add or a remove of something absent succeeds and changes nothing (the
-    outcome says `changed: False` and the version stays). Raises Refused as check_can_react.
+    The answers line up with `requests`: each is that REACT's own outcome, as if the batch had
+    run one REACT after another in its order (counts and version right after it), or its own
+    refusal (as check_reactors; `not_found` for all when the message is gone). A repeated add,
+    or a remove of something absent, succeeds with `changed: False`. Emits nothing: the caller
+    pushes after commit.
     """
+    refusals = check_reactors(conversation, seq, (r.user_pk for r in requests))
+    answers: list[ReactOutcome | Refused | None] = [
+        Refused(refusals[r.user_pk].code, refusals[r.user_pk].message) if r.user_pk in refusals else None
+        for r in requests
+    ]
+    accepted = [i for i, answer in enumerate(answers) if answer is None]
+    if not accepted:
+        return answers  # type: ignore[return-value]
+    small_group = any(requests[i].action == "add" for i in accepted) and (
+        member_count(conversation.pk) <= limit("reaction_detail_max_members")
+    )
     with transaction.atomic():
-        check_can_react(conversation, user, seq)
-        summary = _locked_summary(conversation, seq)
-        changed = (_add if action == "add" else _remove)(conversation, summary, user, key)
-        if changed:
-            counts = dict(summary.counts)
-            counts[key] = counts.get(key, 0) + (1 if action == "add" else -1)
-            if counts[key] <= 0:
-                del counts[key]
-            summary.counts = counts
-            summary.summary_version += 1
-            summary.updated_at_ms = now_ms()
-            summary.save(update_fields=["counts", "summary_version", "detail_rows", "updated_at_ms"])
-    return ReactOutcome(conversation.pk, seq, dict(summary.counts), summary.summary_version, changed)
+        if not _target_visible(conversation, seq):
+            for i in accepted:
+                answers[i] = Refused("not_found", f"no message {seq} to react to")
+        else:
+            summary = _locked_summary(conversation, seq)
+            outcomes = _apply(conversation, summary, [requests[i] for i in accepted], small_group)
+            for i, outcome in zip(accepted, outcomes):
+                answers[i] = outcome
+    return answers  # type: ignore[return-value]
 
 
 def do_delete_reactions(conversation_id: str, conversation_seq: int) -> int:

@@ -3,11 +3,13 @@ transaction. Messages and logged control events (membership, recall, edit) all c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 
 from qim.actions.mailbox import (
+    EntrySpec,
     bump_badges,
     enqueue_offline_pushes,
     event_push_parts,
@@ -34,6 +36,30 @@ class Appended:
     push: UserPush | None = None
 
 
+@dataclass(frozen=True)
+class LogRow:
+    """One row to append: its writer, its type and its payload."""
+
+    sender: User
+    sender_device_id: str
+    policy: TypePolicy
+    payload_json: str | None
+    kind: str = MessageRecord.MESSAGE
+    client_msg_id: str | None = None
+    target_conversation_seq: int | None = None
+    origin_device_id: str | None = None
+
+    @property
+    def moves_position(self) -> bool:
+        # anchor_target rows never move the latest position (design §2: two recalls in a
+        # row), whatever their type says; the row records the effective flag.
+        return self.policy.affects_session_order and self.policy.anchor_mode == OWN_SEQ
+
+    @property
+    def entry_kind(self) -> str:
+        return UserMailboxEntry.MESSAGE if self.kind == MessageRecord.MESSAGE else UserMailboxEntry.CONTROL
+
+
 def append_to_log(
     conversation: Conversation,
     *,
@@ -58,87 +84,134 @@ def append_to_log(
     the sender (protocol.md §5). With `defer_push` the caller sends `Appended.push`
     itself, later (recall and edit push once the target row is updated, design §2).
     """
-    seq = conversation.last_seq + 1
-    conversation.last_seq = seq
+    row = LogRow(
+        sender=sender, sender_device_id=sender_device_id, policy=policy, payload_json=payload_json,
+        kind=kind, client_msg_id=client_msg_id, target_conversation_seq=target_conversation_seq,
+        origin_device_id=origin_device_id,
+    )
+    [appended] = append_rows_to_log(conversation, [row], recipients=recipients, now_ms=now_ms, defer_push=defer_push)
+    return appended
+
+
+def append_rows_to_log(
+    conversation: Conversation,
+    rows: Sequence[LogRow],
+    *,
+    recipients: dict[int, str],
+    now_ms: int,
+    defer_push: bool = False,
+) -> list[Appended]:
+    """append_to_log for several rows at once, in order, all to the same recipients: the
+    conversation row, each recipient's mailbox head and badge are written once for all of
+    them (SEND batches, qim/actions/messages.py). Same lock, events and pushes per row."""
+    records = _write_records(conversation, rows, now_ms)
+    specs = [
+        EntrySpec(kind=row.entry_kind, message_id=record.pk, origin_device_id=row.origin_device_id,
+                  origin_user_pk=row.sender.pk)
+        for row, record in zip(rows, records)
+    ]
+    seqs_per_row = write_mailbox_entries(
+        tenant_id=conversation.tenant_id, conversation_id=conversation.pk, specs=specs,
+        recipients=recipients, now_ms=now_ms,
+    )
+    pushed = _count_for_others(conversation, rows, records, recipients, now_ms)
+    appended = []
+    for row, record, seqs, tasks in zip(rows, records, seqs_per_row, pushed):
+        exclude = (row.sender.username, row.origin_device_id) if row.origin_device_id else None
+        push = event_push(conversation, record, row.entry_kind, recipients, seqs, exclude_device=exclude)
+        if not defer_push:
+            push_on_commit(push)
+        appended.append(Appended(record=record, mailbox_seqs=seqs, push_tasks=tasks, push=push))
+    return appended
+
+
+def _write_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: int) -> list[MessageRecord]:
+    """The MessageRecords of `rows` at the next seqs, and the conversation's head after them."""
+    first = conversation.last_seq + 1
+    conversation.last_seq += len(rows)
     update_fields = ["last_seq"]
-    # anchor_target rows never move the latest position (design §2: two recalls in a row),
-    # whatever their type says; the row records the effective flag for the list projection.
-    moves_position = policy.affects_session_order and policy.anchor_mode == OWN_SEQ
-    if moves_position:
-        conversation.last_activity_seq, conversation.last_activity_ms = seq, now_ms
+    moved = [first + index for index, row in enumerate(rows) if row.moves_position]
+    if moved:
+        conversation.last_activity_seq, conversation.last_activity_ms = moved[-1], now_ms
         update_fields += ["last_activity_seq", "last_activity_ms"]
     conversation.save(update_fields=update_fields)
-    record = MessageRecord.objects.create(
-        tenant_id=conversation.tenant_id,
-        conversation=conversation,
-        conversation_seq=seq,
-        kind=kind,
-        sender=sender,
-        sender_device_id=sender_device_id,
-        client_msg_id=client_msg_id,
-        content_type=policy.content_type,
-        payload=payload_json,
-        sent_at_ms=now_ms,
-        target_conversation_seq=target_conversation_seq,
-        counts_unread=policy.counts_unread,
-        affects_session_order=moves_position,
-        timeline_visible=policy.timeline_visible,
-    )
-    entry_kind = UserMailboxEntry.MESSAGE if kind == MessageRecord.MESSAGE else UserMailboxEntry.CONTROL
-    seqs = write_mailbox_entries(
-        tenant_id=conversation.tenant_id,
-        conversation_id=conversation.pk,
-        message_id=record.pk,
-        kind=entry_kind,
-        recipients=recipients,
-        now_ms=now_ms,
-        origin_device_id=origin_device_id,
-        origin_user_pk=sender.pk,
-    )
-    pushed = 0
-    if policy.counts_unread:
-        pushed = _count_for_others(conversation, record, recipients, sender.pk, now_ms)
-    exclude = (sender.username, origin_device_id) if origin_device_id else None
-    push = event_push(conversation, record, entry_kind, recipients, seqs, exclude_device=exclude)
-    if not defer_push:
-        push_on_commit(push)
-    return Appended(record=record, mailbox_seqs=seqs, push_tasks=pushed, push=push)
+    records = [
+        MessageRecord(
+            tenant_id=conversation.tenant_id,
+            conversation=conversation,
+            conversation_seq=first + index,
+            kind=row.kind,
+            sender=row.sender,
+            sender_device_id=row.sender_device_id,
+            client_msg_id=row.client_msg_id,
+            content_type=row.policy.content_type,
+            payload=row.payload_json,
+            sent_at_ms=now_ms,
+            target_conversation_seq=row.target_conversation_seq,
+            counts_unread=row.policy.counts_unread,
+            affects_session_order=row.moves_position,
+            timeline_visible=row.policy.timeline_visible,
+        )
+        for index, row in enumerate(rows)
+    ]
+    if len(records) == 1:
+        records[0].save(force_insert=True)
+    else:
+        MessageRecord.objects.bulk_create(records)  # both backends return the new pks
+    return records
 
 
 def _count_for_others(
-    conversation: Conversation, record: MessageRecord, recipients: dict[int, str], sender_pk: int, now_ms: int
-) -> int:
-    others = [pk for pk in recipients if pk != sender_pk]
-    badges = bump_badges(others, now_ms)
-    devices = push_capable_devices(others)
+    conversation: Conversation,
+    rows: Sequence[LogRow],
+    records: Sequence[MessageRecord],
+    recipients: dict[int, str],
+    now_ms: int,
+) -> list[int]:
+    """Badges and offline pushes of the counted rows: each recipient's badge grows by the
+    counted rows others wrote; answers the PushTasks queued per row."""
+    counted = [(row, record) for row, record in zip(rows, records) if row.policy.counts_unread]
+    if not counted:
+        return [0] * len(rows)
+    increments = {pk: sum(1 for row, _ in counted if row.sender.pk != pk) for pk in recipients}
+    final_badges = bump_badges(increments, now_ms)
+    devices = push_capable_devices([pk for pk, by in increments.items() if by > 0])
     with_credentials = {user_pk for _, user_pk, _ in devices}
     if not with_credentials:
-        return 0
+        return [0] * len(rows)
     from qim.gateway.node import get_node
 
     online_by_id = async_to_sync(get_node().directory.online_devices)(
         conversation.tenant_id, [recipients[pk] for pk in with_credentials]
     )
     online = {pk: online_by_id.get(recipients[pk], set()) for pk in with_credentials}
-    preview = message_object(record, conversation)["preview"]
-    payloads = {
-        pk: {
-            "conversation_id": conversation.pk,
-            "conversation_seq": record.conversation_seq,
-            "sender_id": record.sender.username,
-            "preview": preview,
-            "badge": badges.get(pk, 0),
+    # A push carries the badge as of its row: the final badge less the later rows it counts.
+    still_to_come = dict(final_badges)
+    pushed_per_record: dict[int, int] = {}
+    for row, record in reversed(counted):
+        others = {pk for pk in with_credentials if pk != row.sender.pk}
+        preview = message_object(record, conversation)["preview"]
+        payloads = {
+            pk: {
+                "conversation_id": conversation.pk,
+                "conversation_seq": record.conversation_seq,
+                "sender_id": row.sender.username,
+                "preview": preview,
+                "badge": still_to_come.get(pk, 0),
+            }
+            for pk in others
         }
-        for pk in with_credentials
-    }
-    return enqueue_offline_pushes(
-        tenant_id=conversation.tenant_id,
-        devices=devices,
-        online_devices=online,
-        payload_for=payloads,
-        kind=PushTask.MESSAGE,
-        now_ms=now_ms,
-    )
+        pushed_per_record[record.pk] = enqueue_offline_pushes(
+            tenant_id=conversation.tenant_id,
+            devices=[device for device in devices if device[1] in others],
+            online_devices=online,
+            payload_for=payloads,
+            kind=PushTask.MESSAGE,
+            now_ms=now_ms,
+        )
+        for pk in others:
+            still_to_come[pk] = still_to_come.get(pk, 0) - 1
+    return [pushed_per_record.get(record.pk, 0) for record in records]
 
 
 def event_push(

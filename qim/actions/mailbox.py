@@ -6,12 +6,14 @@ and expects the conversation's row lock to be held.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from django.db import connection
 
 from qim.gateway import codec
-from qim.models import Device, PushTask, User, UserBadgeState, UserMailboxEntry
+from qim.models import Device, PushTask, UserBadgeState, UserMailboxEntry, UserMailboxHead
 
 # SQLite allows 32 766 bound parameters; stay far below with room for the other columns.
 _CHUNK = 2000
@@ -22,106 +24,185 @@ def _chunks(items: Sequence[int]) -> Iterable[Sequence[int]]:
         yield items[start : start + _CHUNK]
 
 
-def allocate_mailbox_seqs(user_pks: Iterable[int]) -> dict[int, int]:
-    """Take the next mailbox_seq of each user: one UPDATE ... RETURNING per chunk.
+def _heads_sql(chunk: Sequence[int], by: int) -> tuple[str, list]:
+    """An upsert ... RETURNING (user pk, new mailbox_head): each user of `chunk` takes `by`
+    seqs, the head rows made on first use.
 
-    On PostgreSQL the user rows are locked in ascending id order first, so two transactions
-    writing to overlapping member sets (two groups sharing members) cannot deadlock. On
-    SQLite the transaction already holds the database's write lock (IMMEDIATE).
+    The rows are taken in ascending user order, so two transactions writing to overlapping
+    member sets (two groups sharing members) cannot deadlock on PostgreSQL. On SQLite the
+    transaction already holds the database's write lock (IMMEDIATE).
     """
-    ordered = sorted(set(user_pks))
-    seqs: dict[int, int] = {}
-    table = User._meta.db_table
-    with connection.cursor() as cursor:
-        for chunk in _chunks(ordered):
-            if connection.vendor == "postgresql":
-                cursor.execute(
-                    f"UPDATE {table} SET mailbox_head = mailbox_head + 1 WHERE id IN "
-                    f"(SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE) "
-                    "RETURNING id, mailbox_head",
-                    [list(chunk)],
-                )
-            else:
-                marks = ",".join(["%s"] * len(chunk))
-                cursor.execute(
-                    f"UPDATE {table} SET mailbox_head = mailbox_head + 1 WHERE id IN ({marks}) "
-                    "RETURNING id, mailbox_head",
-                    list(chunk),
-                )
-            seqs.update(cursor.fetchall())
-    return seqs
+    table = UserMailboxHead._meta.db_table
+    upsert = (
+        f"ON CONFLICT (user_id) DO UPDATE SET mailbox_head = {table}.mailbox_head + excluded.mailbox_head "
+        "RETURNING user_id, mailbox_head"
+    )
+    if connection.vendor == "postgresql":
+        sql = (
+            f"INSERT INTO {table} (user_id, mailbox_head) SELECT user_id, {int(by)} "
+            f"FROM unnest(%s::bigint[]) AS ids (user_id) ORDER BY user_id {upsert}"
+        )
+        return sql, [list(chunk)]
+    rows = ",".join([f"(%s, {int(by)})"] * len(chunk))
+    return f"INSERT INTO {table} (user_id, mailbox_head) VALUES {rows} {upsert}", list(chunk)
+
+
+def _id_among(column: str, ids: Sequence[int]) -> tuple[str, list]:
+    """`column` is one of `ids`: on PostgreSQL one array parameter (psycopg binds a thousand
+    separate ids on the client, a few ms per statement), on SQLite a list of marks."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", [list(ids)]
+    return f"{column} IN ({','.join(['%s'] * len(ids))})", list(ids)
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """One event to put in every recipient's mailbox. With `origin_user_pk`, only that
+    user's entry carries `origin_device_id`: an origin is one device of one user, and other
+    users' devices may bear the same device_id."""
+
+    kind: str
+    message_id: int | None = None
+    control: dict | None = None
+    origin_device_id: str | None = None
+    origin_user_pk: int | None = None
+
+    def origin_for(self, user_pk: int) -> str | None:
+        return self.origin_device_id if self.origin_user_pk in (None, user_pk) else None
+
+
+_ENTRY_COLUMNS = (
+    "tenant_id, user_id, mailbox_seq, kind, conversation_id, message_id, control, "
+    "origin_device_id, created_at_ms"
+)
 
 
 def write_mailbox_entries(
     *,
     tenant_id: int,
     conversation_id: str,
-    message_id: int | None,
-    kind: str,
+    specs: Sequence[EntrySpec],
     recipients: Iterable[int],
     now_ms: int,
-    control: dict | None = None,
-    origin_device_id: str | None = None,
-    origin_user_pk: int | None = None,
-) -> dict[int, int]:
-    """One UserMailboxEntry per recipient (bulk); answers user pk -> its mailbox_seq. With
-    `origin_user_pk`, only that user's entry carries `origin_device_id`: an origin is one
-    device of one user, and other users' devices may bear the same device_id."""
-    seqs = allocate_mailbox_seqs(recipients)
-    UserMailboxEntry.objects.bulk_create(
-        [
-            UserMailboxEntry(
-                tenant_id=tenant_id,
-                user_id=user_pk,
-                mailbox_seq=seq,
-                kind=kind,
-                conversation_id=conversation_id,
-                message_id=message_id,
-                control=control,
-                origin_device_id=origin_device_id if origin_user_pk in (None, user_pk) else None,
-                created_at_ms=now_ms,
-            )
-            for user_pk, seq in seqs.items()
-        ],
-        batch_size=_CHUNK,
-    )
-    return seqs
+) -> list[dict[int, int]]:
+    """One UserMailboxEntry per recipient for each spec, in the specs' order (a recipient's
+    seqs grow with the spec index); answers, per spec, user pk -> its mailbox_seq.
 
-
-def bump_badges(user_pks: Sequence[int], now_ms: int) -> dict[int, int]:
-    """badge += 1 for each user, making rows on first use; answers the new badges.
-
-    One upsert per chunk (INSERT ... ON CONFLICT DO UPDATE ... RETURNING, on PostgreSQL and
-    SQLite alike), in user order like the mailbox allocation, so concurrent writers to
-    overlapping member sets take the rows in the same order.
+    Set-based, without model instances (a 1 000-member group is 1 000 rows per message,
+    docs/performance.md): each recipient's head moves once for all the specs. On PostgreSQL
+    one statement per chunk takes the heads and inserts the entries from them; on SQLite the
+    heads' UPDATE ... RETURNING, then one executemany. Model signals do not fire for these
+    rows; nothing listens to them.
     """
-    if not user_pks:
-        return {}
+    per_spec: list[dict[int, int]] = [{} for _ in specs]
+    if not specs:
+        return per_spec
+    with connection.cursor() as cursor:
+        for chunk in _chunks(sorted(set(recipients))):
+            if connection.vendor == "postgresql":
+                heads = _insert_entries_postgresql(cursor, tenant_id, conversation_id, specs, chunk, now_ms)
+            else:
+                heads = _insert_entries_sqlite(cursor, tenant_id, conversation_id, specs, chunk, now_ms)
+            for user_pk, head in heads:
+                first = head - len(specs) + 1
+                for index, seqs in enumerate(per_spec):
+                    seqs[user_pk] = first + index
+    return per_spec
+
+
+def _insert_entries_postgresql(cursor, tenant_id, conversation_id, specs, chunk, now_ms) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
+    table = UserMailboxEntry._meta.db_table
+    cursor.execute(
+        f"WITH heads (user_id, head) AS ({heads_sql}), "
+        f"inserted AS (INSERT INTO {table} ({_ENTRY_COLUMNS}) "
+        "SELECT %s::bigint, h.user_id, h.head - %s + e.ord, e.kind, %s::text, e.message_id, "
+        "e.control::jsonb, CASE WHEN e.origin_user IS NULL OR h.user_id = e.origin_user "
+        "THEN e.origin_device END, %s::bigint "
+        "FROM heads h CROSS JOIN unnest(%s::int[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[]) "
+        "AS e (ord, kind, message_id, control, origin_user, origin_device)) "
+        "SELECT user_id, head FROM heads",
+        heads_params + [
+            tenant_id, len(specs), conversation_id, now_ms,
+            list(range(1, len(specs) + 1)),
+            [spec.kind for spec in specs],
+            [spec.message_id for spec in specs],
+            [_control_json(spec.control) for spec in specs],
+            [spec.origin_user_pk for spec in specs],
+            [spec.origin_device_id for spec in specs],
+        ],
+    )
+    return cursor.fetchall()
+
+
+def _insert_entries_sqlite(cursor, tenant_id, conversation_id, specs, chunk, now_ms) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
+    cursor.execute(heads_sql, heads_params)
+    heads = cursor.fetchall()
+    controls = [_control_json(spec.control) for spec in specs]
+    table = UserMailboxEntry._meta.db_table
+    cursor.executemany(
+        f"INSERT INTO {table} ({_ENTRY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [
+            (
+                tenant_id, user_pk, head - len(specs) + 1 + index, spec.kind, conversation_id,
+                spec.message_id, controls[index], spec.origin_for(user_pk), now_ms,
+            )
+            for user_pk, head in heads
+            for index, spec in enumerate(specs)
+        ],
+    )
+    return heads
+
+
+def _control_json(control: dict | None) -> str | None:
+    return None if control is None else json.dumps(control)
+
+
+def bump_badges(increments: dict[int, int], now_ms: int) -> dict[int, int]:
+    """badge += increments[user] for each user, making rows on first use; answers the new
+    badges.
+
+    One upsert per chunk (INSERT ... ON CONFLICT DO UPDATE ... RETURNING; on PostgreSQL the
+    ids and increments as two array parameters), in user order like the mailbox allocation,
+    so concurrent writers to overlapping member sets take the rows in the same order.
+    """
     table = UserBadgeState._meta.db_table
+    upsert = (
+        f"ON CONFLICT (user_id) DO UPDATE SET badge = {table}.badge + excluded.badge, "
+        "updated_at_ms = excluded.updated_at_ms RETURNING user_id, badge"
+    )
     badges: dict[int, int] = {}
     with connection.cursor() as cursor:
-        for chunk in _chunks(sorted(set(user_pks))):
-            rows = ",".join(["(%s, 1, %s)"] * len(chunk))
-            params = [value for pk in chunk for value in (pk, now_ms)]
-            cursor.execute(
-                f"INSERT INTO {table} (user_id, badge, updated_at_ms) VALUES {rows} "
-                f"ON CONFLICT (user_id) DO UPDATE SET badge = {table}.badge + 1, "
-                "updated_at_ms = excluded.updated_at_ms RETURNING user_id, badge",
-                params,
-            )
+        for chunk in _chunks(sorted(pk for pk, by in increments.items() if by > 0)):
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"INSERT INTO {table} (user_id, badge, updated_at_ms) SELECT user_id, by, %s "
+                    f"FROM unnest(%s::bigint[], %s::int[]) AS ids (user_id, by) ORDER BY user_id {upsert}",
+                    [now_ms, list(chunk), [increments[pk] for pk in chunk]],
+                )
+            else:
+                rows = ",".join(["(%s, %s, %s)"] * len(chunk))
+                params = [value for pk in chunk for value in (pk, increments[pk], now_ms)]
+                cursor.execute(f"INSERT INTO {table} (user_id, badge, updated_at_ms) VALUES {rows} {upsert}", params)
             badges.update(cursor.fetchall())
     return badges
 
 
 def push_capable_devices(user_pks: Sequence[int]) -> list[tuple[int, int, str]]:
     """(device pk, user pk, device_id) of every device of `user_pks` with push credentials."""
-    if not user_pks:
-        return []
-    return list(
-        Device.objects.filter(user_id__in=user_pks)
-        .exclude(push_token="", voip_token="")
-        .values_list("pk", "user_id", "device_id")
-    )
+    table = Device._meta.db_table
+    devices: list[tuple[int, int, str]] = []
+    with connection.cursor() as cursor:
+        for chunk in _chunks(sorted(set(user_pks))):
+            among, params = _id_among("user_id", chunk)
+            cursor.execute(
+                f"SELECT id, user_id, device_id FROM {table} WHERE {among} "
+                "AND (push_token <> '' OR voip_token <> '')",
+                params,
+            )
+            devices += cursor.fetchall()
+    return devices
 
 
 def enqueue_offline_pushes(

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from qim.actions.mailbox import write_mailbox_entries
+from qim.actions.mailbox import EntrySpec, write_mailbox_entries
 from qim.clock import now_ms as wall_clock_ms
 from qim.conf import limit
 from qim.content_types import READ
@@ -150,10 +150,10 @@ def do_flush_read_sync(pending_pk: int, now_ms: int, *, everything: bool = False
         "actor_id": user.username,
         "origin_device_id": pending.origin_device_id,
     }
-    seqs = write_mailbox_entries(
-        tenant_id=pending.tenant_id, conversation_id=pending.conversation_id, message_id=None,
-        kind=UserMailboxEntry.CONTROL, recipients=[user.pk], now_ms=now_ms,
-        control=control, origin_device_id=pending.origin_device_id,
+    spec = EntrySpec(kind=UserMailboxEntry.CONTROL, control=control, origin_device_id=pending.origin_device_id)
+    [seqs] = write_mailbox_entries(
+        tenant_id=pending.tenant_id, conversation_id=pending.conversation_id, specs=[spec],
+        recipients=[user.pk], now_ms=now_ms,
     )
     entry = UserMailboxEntry(
         user=user, mailbox_seq=seqs[user.pk], kind=UserMailboxEntry.CONTROL,

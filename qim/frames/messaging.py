@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from qim.actions.messages import SendAck, do_send_message, earlier_send
+from qim.actions.messages import SendAck, SendRequest, do_send_messages, earlier_send
+from qim.batching import KeyedBatcher
 from qim.conf import limit
 from qim.clock import now_ms
 from qim.content_types import (
@@ -114,14 +115,16 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
         return earlier.frame()
     await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
 
-    def send() -> dict:
-        ack = do_send_message(
-            conn.user, conn.device_id, frame.conversation_id, frame.client_msg_id, policy, payload_json,
-            target_conversation_seq=frame.target_conversation_seq,
-        )
-        return ack.frame()
+    request = SendRequest(
+        conn.user, conn.device_id, frame.client_msg_id, policy, payload_json, frame.target_conversation_seq
+    )
+    ack = await send_batcher.submit(frame.conversation_id, request)
+    return ack.frame()
 
-    return await in_db_thread(send)()
+
+# SENDs to one conversation queue on its row lock; the ones that arrive while a write runs
+# are written together by the next (qim/batching.py).
+send_batcher: KeyedBatcher[str, SendRequest, SendAck] = KeyedBatcher("send", do_send_messages)
 
 
 def check_send_allowed(conn: Connection, conversation_id: str, client_msg_id: str) -> SendAck | None:

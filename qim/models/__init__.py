@@ -10,7 +10,7 @@ from qim.models.conversations import (
     ReadCursor,
     new_ulid,
 )
-from qim.models.mailbox import PushTask, UserBadgeState, UserMailboxEntry
+from qim.models.mailbox import PushTask, UserBadgeState, UserMailboxEntry, UserMailboxHead
 
 __all__ = [
     "Conversation",
@@ -26,6 +26,7 @@ __all__ = [
     "User",
     "UserBadgeState",
     "UserMailboxEntry",
+    "UserMailboxHead",
     "new_token_key",
     "new_ulid",
 ]

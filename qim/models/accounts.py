@@ -30,10 +30,6 @@ class User(models.Model):
     display_name = models.CharField(max_length=128, blank=True)
     password_hash = models.CharField(max_length=256)
     is_tenant_admin = models.BooleanField(default=False)
-    # The last mailbox_seq handed out to this user: allocated under this row's lock, inside the
-    # transaction that writes the entries, so mailbox order is commit order (never a gap a
-    # SYNC cursor could skip past).
-    mailbox_head = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -67,3 +67,32 @@ async def test_the_message_rate_is_one_budget_across_nodes(
     assert len(accepted) + len(limited) == 30
     assert 0 < len(accepted) <= 20
     assert {r.code for r in limited} == {"rate_limited"}
+
+
+async def test_a_read_event_on_postgresql_carries_its_body_and_skips_only_the_marking_device(
+    cluster: QimDeployment, cluster_acme: TenantHandle
+) -> None:
+    """Mailbox rows are written set-based (qim/actions/mailbox.py): the control body and the
+    origin device must survive that SQL on PostgreSQL as they do on SQLite."""
+    from tests.control.control_helpers import controls, mark_read, next_control
+
+    n1, n2 = cluster.nodes
+    alice, bob = cluster_acme.persona("alice"), cluster_acme.persona("bob")
+    group = create_group(alice, bob)
+    sender = await bob.connect(n1, device_id="phone-a")  # same device_id as alice's marker
+    for i in range(2):
+        await send_text(sender, group, f"m{i}")
+    phone, tablet = await alice.connect(n1, device_id="phone-a"), await alice.connect(n2, device_id="tablet-b")
+
+    await mark_read(phone, group, 2)
+    event = await next_control(tablet, "qim.read.v1", timeout=10)
+    assert event["control"] == {
+        "custom_type": "qim.read.v1", "read_conversation_seq": 2, "actor_id": alice.user_id,
+        "origin_device_id": "phone-a",
+    }
+    assert await controls(phone, "qim.read.v1") == []
+    assert await controls(tablet, "qim.read.v1", group) == [event["control"]]
+    bob_events, _ = await sync_all(sender)
+    assert [e["message"]["payload"] for e in bob_events if e["conversation_id"] == group] == [
+        {"text": "m0"}, {"text": "m1"},
+    ]
