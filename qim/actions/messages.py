@@ -84,16 +84,11 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
     constraint decides: then the batch is undone and written again one request at a time).
     Non-members get `forbidden`, an anchor past the head `not_found`; the others are written.
     """
+    # The frame handler looked for an earlier SEND just before (check_send_allowed); a retry
+    # racing its original is settled by the unique constraint. Within a batch, one is written.
     fresh: list[SendRequest] = []
-    outcomes: dict[int, SendAck | Refused] = {}
-    seen: dict[tuple[int, str], int] = {}
-    for index, request in enumerate(requests):
-        key = (request.sender.pk, request.client_msg_id)
-        earlier = earlier_send(*key) if key not in seen else None
-        if earlier is not None:
-            outcomes[index] = earlier
-        elif key not in seen:
-            seen[key] = index
+    for request in requests:
+        if all((r.sender.pk, r.client_msg_id) != (request.sender.pk, request.client_msg_id) for r in fresh):
             fresh.append(request)
     if len(fresh) > 1:
         try:
@@ -103,7 +98,7 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
     else:
         written = [_write_one(conversation_id, request) for request in fresh]
     by_key = {(r.sender.pk, r.client_msg_id): outcome for r, outcome in zip(fresh, written)}
-    return [outcomes.get(i) or by_key[(r.sender.pk, r.client_msg_id)] for i, r in enumerate(requests)]
+    return [by_key[(r.sender.pk, r.client_msg_id)] for r in requests]
 
 
 def _write_one(conversation_id: str, request: SendRequest) -> SendAck | Refused:
