@@ -20,6 +20,7 @@ from typing import Any
 from qim.conf import limit
 from qim.gateway import codec
 from qim.gateway.connection import Connection
+from qim.gateway.wire import TextFrame
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,8 @@ class LocalRooms:
         if not events or not room.members:
             self.forget_if_empty(room)
             return
-        text = codec.encode(batch_frame(room.meta, events))
+        # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
+        text = TextFrame.of(codec.encode(batch_frame(room.meta, events)))
         for conn in list(room.members):
             if self._within_budget(conn):
                 await self._push(conn, text)
@@ -132,7 +134,7 @@ class LocalRooms:
             sent.popleft()
         return len(sent) < limit("room_outbound_frame_rate")
 
-    async def _push(self, conn: Connection, text: str) -> None:
+    async def _push(self, conn: Connection, text: str | TextFrame) -> None:
         self._sent_at[conn].append(time.monotonic())
         self.frames_pushed += 1
         try:

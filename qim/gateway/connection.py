@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qim.gateway.wire import TextFrame
 
 UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's key for a user
 
@@ -19,7 +22,8 @@ class Connection:
     device_id: str
     is_tenant_admin: bool
     client_version: str
-    send_text: Callable[[str], Awaitable[None]]
+    # A str, or a TextFrame framed once for many sockets (a room's batch).
+    send_text: Callable[[str | TextFrame], Awaitable[None]]
     # The qim.models.User row, read once at AUTH, for actions that take a user.
     user: Any = None
     # Users whose PRESENCE this connection subscribed to.

@@ -22,6 +22,7 @@ from qim.gateway.dispatch import route_for
 from qim.errors import Refused
 from qim.gateway.errors import error_frame, refusal_frame
 from qim.gateway.node import get_node
+from qim.gateway.wire import DaphneSocket, TextFrame
 from qim.queries import identity_for_token
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     conn: Connection | None = None
     _auth_timer: asyncio.Task[None] | None = None
+    # Daphne's socket under this consumer when pushes may bypass autobahn (qim/gateway/wire.py).
+    _socket: DaphneSocket | None = None
 
     async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
         # An exception can skip websocket_disconnect: the index must be cleaned regardless.
@@ -70,6 +73,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         await self.accept()
+        self._socket = DaphneSocket.under(self.base_send)
         self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
 
     async def _close_unless_authenticated(self) -> None:
@@ -91,18 +95,26 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 logger.exception("cleaning up connection %s failed", conn.connection_id)
 
     async def send_frame(self, frame: dict[str, Any]) -> None:
-        await self.send(text_data=codec.encode(frame))
+        await self.send_text(codec.encode(frame))
 
-    async def send_text(self, text: str) -> None:
-        """A push to this socket. A socket that closed a moment ago just misses it: its
-        disconnect is on its way, and what it missed is in the mailbox or the ring."""
+    async def send_text(self, text: str | TextFrame) -> None:
+        """A push or a reply to this socket. A socket that closed a moment ago just misses
+        it: its disconnect is on its way, and what it missed is in the mailbox or the ring."""
         if self._too_slow:
             return
         if self.outbound_buffer_bytes() > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
             await self._drop_slow_socket()
             return
+        socket = self._socket
+        if socket is not None:
+            frame = text if isinstance(text, TextFrame) else TextFrame.of(text)
+            if socket.writable(frame):
+                written = "frames_written_direct" if socket.write(frame) else "frames_written_queued"
+                get_node().counters[written] += 1
+                return
         try:
-            await self.send(text_data=text)
+            await self.send(text_data=text.text if isinstance(text, TextFrame) else text)
+            get_node().counters["frames_written_autobahn"] += 1
         except Disconnected:
             pass
 
@@ -116,6 +128,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     def outbound_buffer_bytes(self) -> int:
         """Bytes written to this socket that the peer has not taken yet (Twisted's buffer)."""
+        if self._socket is not None:
+            return self._socket.buffered()
         transport = self._transport()
         try:
             return len(transport.dataBuffer) - transport.offset + transport._tempDataLen

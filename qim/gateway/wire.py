@@ -1,0 +1,119 @@
+"""Pushes written straight to daphne's Twisted transport, framed once per batch.
+
+Why (docs/performance.md, "Room fan-out and the room flood"): on daphne, writing one frame
+to one socket went through Channels, daphne's handle_reply, autobahn's framing and Twisted's
+`transport.write`, which arms an asyncio writer (`loop.add_writer`, an epoll_ctl) that the
+next loop iteration's `doWrite` sends from and disarms again: 70-85 % of the server's time
+in a room fan-out, and a DM's EVENT queued behind each burst of 500 `doWrite` callbacks.
+Server-to-client frames are unmasked (RFC 6455 §5.1), so one encoded frame fits every
+socket; and when Twisted holds nothing for a socket, one `send()` puts the frame in the
+kernel, as asyncio's own transports do; only what the kernel does not take is handed to
+`transport.write`, behind which everything later queues, so the byte stream keeps the
+order frames were written in whichever path wrote them.
+
+Anything unusual (not a plain TCP transport: TLS, uvicorn, an in-process communicator;
+compression negotiated; autobahn not OPEN or in the middle of a queued or fragmented write;
+Twisted closing the socket) answers `None` or False here, and the caller takes the normal
+path through autobahn.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from autobahn.websocket.protocol import WebSocketProtocol
+from twisted.internet import tcp
+
+OPCODE_TEXT_FIN = 0x81
+
+
+def text_frame(text: str) -> bytes:
+    """One unmasked, unfragmented RFC 6455 text frame (§5.2) carrying `text`."""
+    payload = text.encode()
+    size = len(payload)
+    if size <= 125:
+        header = struct.pack("!BB", OPCODE_TEXT_FIN, size)
+    elif size <= 0xFFFF:
+        header = struct.pack("!BBH", OPCODE_TEXT_FIN, 126, size)
+    else:
+        header = struct.pack("!BBQ", OPCODE_TEXT_FIN, 127, size)
+    return header + payload
+
+
+@dataclass(frozen=True, slots=True)
+class TextFrame:
+    """A push encoded and framed once, written to many sockets (a room's batch)."""
+
+    text: str
+    data: bytes
+
+    @classmethod
+    def of(cls, text: str) -> "TextFrame":
+        return cls(text, text_frame(text))
+
+
+class DaphneSocket:
+    """The autobahn protocol and Twisted TCP transport under one daphne WebSocket."""
+
+    __slots__ = ("protocol", "transport", "max_payload")
+
+    def __init__(self, protocol: WebSocketProtocol, transport: tcp.Server) -> None:
+        self.protocol = protocol
+        self.transport = transport
+        self.max_payload: int = protocol.maxMessagePayloadSize
+
+    @classmethod
+    def under(cls, send: Any) -> "DaphneSocket | None":
+        """The socket under an ASGI `send` when it is daphne's over plain TCP, else None.
+
+        Daphne hands every application `partial(server.handle_reply, protocol)` as `send`.
+        """
+        protocol = (getattr(send, "args", None) or (None,))[0]
+        if not isinstance(protocol, WebSocketProtocol):
+            return None
+        transport = protocol.transport
+        # Exactly tcp.Server: a TLS transport (TLSMemoryBIOProtocol, or startTLS) must encrypt
+        # what it is given, and a subclass may buffer differently.
+        if type(transport) is not tcp.Server or getattr(transport, "TLS", False):
+            return None
+        return cls(protocol, transport)
+
+    def buffered(self) -> int:
+        """Bytes written that Twisted still holds because the kernel did not take them."""
+        transport = self.transport
+        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+    def writable(self, frame: TextFrame) -> bool:
+        """Whether `write` may take this frame; otherwise autobahn must (and decides)."""
+        protocol, transport = self.protocol, self.transport
+        return (
+            protocol.state == WebSocketProtocol.STATE_OPEN
+            and protocol.send_state == WebSocketProtocol.SEND_STATE_GROUND
+            and not protocol.send_queue
+            and protocol._perMessageCompress is None
+            and not protocol.maskServerFrames
+            and not protocol.autoFragmentSize
+            and not (0 < self.max_payload < len(frame.data))
+            and transport.connected
+            and not transport.disconnecting
+            and not transport._writeDisconnected
+        )
+
+    def write(self, frame: TextFrame) -> bool:
+        """Write a frame `writable` accepted. Answers True when the kernel took all of it at
+        once, False when (part of) it waits in Twisted's buffer."""
+        data = frame.data
+        transport = self.transport
+        if not self.buffered():
+            try:
+                sent = transport.socket.send(data)
+            except OSError:
+                # EAGAIN, or a reset: Twisted's own doWrite meets the error and closes.
+                sent = 0
+            if sent == len(data):
+                return True
+            data = data[sent:]
+        transport.write(data)
+        return False
