@@ -71,9 +71,8 @@ def check_reactors(conversation: Conversation, seq: int, user_pks: Iterable[int]
         "user_id", "joined_at", "left_at"
     )
     for user_pk, joined_at, left_at in rows:
-        # MembershipInterval.covers, without building 500 model instances per batch.
-        covers = joined_at < seq and (left_at is None or seq < left_at)
-        covered[user_pk] = covered.get(user_pk, False) or covers
+        # Values, not model instances: a batch reads up to 500 users' intervals.
+        covered[user_pk] = covered.get(user_pk, False) or MembershipInterval.span_covers(joined_at, left_at, seq)
     refusals: dict[int, Refused] = {}
     for user_pk in wanted:
         if user_pk not in covered:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
 
@@ -91,7 +92,7 @@ def write_mailbox_entries(
     Set-based, without model instances (a 1 000-member group is 1 000 rows per message,
     docs/performance.md): each recipient's head moves once for all the specs. On PostgreSQL
     one statement per chunk takes the heads and inserts the entries from them; on SQLite the
-    heads' UPDATE ... RETURNING, then one executemany. Model signals do not fire for these
+    heads' upsert ... RETURNING, then one executemany. Model signals do not fire for these
     rows; nothing listens to them.
     """
     per_spec: list[dict[int, int]] = [{} for _ in specs]
@@ -110,7 +111,9 @@ def write_mailbox_entries(
     return per_spec
 
 
-def _insert_entries_postgresql(cursor, tenant_id, conversation_id, specs, chunk, now_ms) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+def _insert_entries_postgresql(
+    cursor: Any, tenant_id: int, conversation_id: str, specs: Sequence[EntrySpec], chunk: Sequence[int], now_ms: int
+) -> list[tuple[int, int]]:
     heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
     table = UserMailboxEntry._meta.db_table
     cursor.execute(
@@ -135,7 +138,9 @@ def _insert_entries_postgresql(cursor, tenant_id, conversation_id, specs, chunk,
     return cursor.fetchall()
 
 
-def _insert_entries_sqlite(cursor, tenant_id, conversation_id, specs, chunk, now_ms) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+def _insert_entries_sqlite(
+    cursor: Any, tenant_id: int, conversation_id: str, specs: Sequence[EntrySpec], chunk: Sequence[int], now_ms: int
+) -> list[tuple[int, int]]:
     heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
     cursor.execute(heads_sql, heads_params)
     heads = cursor.fetchall()

@@ -22,7 +22,7 @@ from qim.gateway.dispatch import route_for
 from qim.errors import Refused
 from qim.gateway.errors import error_frame, refusal_frame
 from qim.gateway.node import get_node
-from qim.gateway.wire import DaphneSocket, TextFrame
+from qim.gateway.wire import DaphneSocket, TextFrame, twisted_buffered
 from qim.queries import identity_for_token
 
 logger = logging.getLogger(__name__)
@@ -130,9 +130,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         """Bytes written to this socket that the peer has not taken yet (Twisted's buffer)."""
         if self._socket is not None:
             return self._socket.buffered()
-        transport = self._transport()
         try:
-            return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+            return twisted_buffered(self._transport())
         except AttributeError:
             return 0
 

@@ -42,6 +42,11 @@ def text_frame(text: str) -> bytes:
     return header + payload
 
 
+def twisted_buffered(transport: Any) -> int:
+    """What a Twisted FileDescriptor transport holds unsent (AttributeError for other kinds)."""
+    return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+
 @dataclass(frozen=True, slots=True)
 class TextFrame:
     """A push encoded and framed once, written to many sockets (a room's batch)."""
@@ -82,8 +87,7 @@ class DaphneSocket:
 
     def buffered(self) -> int:
         """Bytes written that Twisted still holds because the kernel did not take them."""
-        transport = self.transport
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        return twisted_buffered(self.transport)
 
     def writable(self, frame: TextFrame) -> bool:
         """Whether `write` may take this frame; otherwise autobahn must (and decides)."""

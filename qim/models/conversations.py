@@ -65,7 +65,12 @@ class MembershipInterval(models.Model):
         ]
 
     def covers(self, seq: int) -> bool:
-        return self.joined_at < seq and (self.left_at is None or seq < self.left_at)
+        return self.span_covers(self.joined_at, self.left_at, seq)
+
+    @staticmethod
+    def span_covers(joined_at: int, left_at: int | None, seq: int) -> bool:
+        """covers() for an interval read as values, not as a model instance."""
+        return joined_at < seq and (left_at is None or seq < left_at)
 
 
 class MessageRecord(models.Model):

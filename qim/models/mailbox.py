@@ -20,11 +20,11 @@ class UserMailboxEntry(models.Model):
     CONTROL = "control"
 
     # The one write path (qim/actions/mailbox.py write_mailbox_entries) takes the user ids
-    # from the user rows it locks and the conversation and message from rows of the same
-    # transaction, so the database re-checks nothing: no FK constraints (PostgreSQL checked
-    # four per row at commit, a third of a SEND to 1 000 members), and no index the reads do
-    # not use (they go by (user, mailbox_seq) and by message). Deletes still cascade: Django
-    # does that itself.
+    # from rows its callers read in the same transaction (memberships, the reader's own row)
+    # and the conversation and message likewise, so the database re-checks nothing: no FK
+    # constraints (PostgreSQL checked four per row at commit, a third of a SEND to 1 000
+    # members), and no index the reads do not use (they go by (user, mailbox_seq) and by
+    # message). Deletes still cascade: Django does that itself.
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, db_constraint=False, db_index=False)
     user = models.ForeignKey(
         User, on_delete=models.CASCADE, related_name="mailbox", db_constraint=False, db_index=False

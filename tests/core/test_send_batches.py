@@ -11,50 +11,20 @@ counter), and lets go.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from tests.conftest import QimDeployment
 from tests.control.control_helpers import user_pk
 from tests.core.conversation_helpers import create_group, send_text, sync_all
+from tests.harness.batches import counter, lock_held, until_counted
 from tests.harness.personas import TenantHandle
-from tests.harness.qim_process import QimDatabase, QimNode
+from tests.harness.qim_process import QimDatabase
 
 TIMEOUT = {"request_timeout": 30.0}
 
 
-def counter(node: QimNode, tenant: TenantHandle, name: str) -> int:
-    return node.stats(tenant.admin_token)["counters"].get(name, 0)
-
-
-async def until_received(node: QimNode, tenant: TenantHandle, expected: int) -> None:
-    deadline = time.monotonic() + 20
-    while (seen := await asyncio.to_thread(counter, node, tenant, "send_requests")) < expected:
-        assert time.monotonic() < deadline, f"the node received {seen} of {expected} SENDs"
-        await asyncio.sleep(0.05)
-
-
-@contextmanager
-def conversation_lock_held(db: QimDatabase, group: str) -> Iterator[None]:
-    if db.pg is None:
-        conn = sqlite3.connect(db.url.removeprefix("sqlite:///"), isolation_level=None, timeout=30)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
-            conn.close()
-        return
-    import psycopg
-
-    with psycopg.connect(db.pg.url(db.dbname or "postgres")) as conn:
-        assert conn.execute("SELECT id FROM qim_conversation WHERE id = %s FOR UPDATE", (group,)).fetchall()
-        try:
-            yield
-        finally:
-            conn.rollback()
+def conversation_lock_held(db: QimDatabase, group: str) -> AbstractContextManager[None]:
+    return lock_held(db, "SELECT id FROM qim_conversation WHERE id = %s FOR UPDATE", (group,))
 
 
 async def many_senders_in_one_batch(deployment: QimDeployment, tenant: TenantHandle) -> None:
@@ -73,14 +43,14 @@ async def many_senders_in_one_batch(deployment: QimDeployment, tenant: TenantHan
     base, batches = counter(node, tenant, "send_requests"), counter(node, tenant, "send_batches")
     with conversation_lock_held(deployment.db, group):
         opener = asyncio.ensure_future(send_text(o, group, "opener"))
-        await until_received(node, tenant, base + 1)
+        await until_counted(node, tenant, "send_requests", base + 1)
         rest = asyncio.gather(
             *(send_text(c, group, f"from s{i}") for i, c in enumerate(clients)),
             # One user's retry from two devices at once: one message, the same ACK twice.
             send_text(phone, group, "twice", client_msg_id="twin-dup"),
             send_text(laptop, group, "twice", client_msg_id="twin-dup"),
         )
-        await until_received(node, tenant, base + 1 + len(clients) + 2)
+        await until_counted(node, tenant, "send_requests", base + 1 + len(clients) + 2)
     acks = await rest
     opened = await opener
     assert counter(node, tenant, "send_batches") - batches == 2  # the opener's, then all the rest

@@ -10,18 +10,17 @@ them all (its `react_requests` counter), and lets go.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import time
+from contextlib import AbstractContextManager
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from qimclient import QimClient, QimError
 from tests.conftest import QimDeployment, start_embedded
 from tests.core.conversation_helpers import create_group, send_text
+from tests.harness.batches import counter, lock_held, until_counted
 from tests.harness.personas import Persona, TenantHandle
-from tests.harness.qim_process import QimDatabase, QimNode
+from tests.harness.qim_process import QimDatabase
 
 TIMEOUT = {"request_timeout": 30.0}
 
@@ -30,42 +29,12 @@ async def react(client: QimClient, group: str, seq: int, key: str = "+1", action
     return await client.request("REACT", conversation_id=group, conversation_seq=seq, reaction_key=key, action=action)
 
 
-def counter(node: QimNode, tenant: TenantHandle, name: str) -> int:
-    return node.stats(tenant.admin_token)["counters"].get(name, 0)
-
-
-async def until_received(node: QimNode, tenant: TenantHandle, expected: int) -> None:
-    """Until the node's batcher holds `expected` REACTs in all (polled; fails after 20 s)."""
-    deadline = time.monotonic() + 20
-    while (seen := await asyncio.to_thread(counter, node, tenant, "react_requests")) < expected:
-        assert time.monotonic() < deadline, f"the node received {seen} of {expected} REACTs"
-        await asyncio.sleep(0.05)
-
-
-@contextmanager
-def first_lock_held(db: QimDatabase, group: str) -> Iterator[None]:
-    """Hold what a REACT transaction takes first: SQLite's write lock (BEGIN IMMEDIATE), or on
-    PostgreSQL the message's summary row (which must exist already)."""
-    if db.pg is None:
-        conn = sqlite3.connect(db.url.removeprefix("sqlite:///"), isolation_level=None, timeout=30)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
-            conn.close()
-        return
-    import psycopg
-
-    with psycopg.connect(db.pg.url(db.dbname or "postgres")) as conn:
-        locked = conn.execute(
-            "SELECT id FROM reactions_messagereactionsummary WHERE conversation_id = %s FOR UPDATE", (group,)
-        ).fetchall()
-        assert len(locked) == 1, "no summary to hold: react once first"
-        try:
-            yield
-        finally:
-            conn.rollback()
+def first_lock_held(db: QimDatabase, group: str) -> AbstractContextManager[None]:
+    """What a REACT transaction takes first: SQLite's write lock, or on PostgreSQL the
+    message's summary row (which must exist already: react once first)."""
+    return lock_held(
+        db, "SELECT id FROM reactions_messagereactionsummary WHERE conversation_id = %s FOR UPDATE", (group,)
+    )
 
 
 async def in_one_batch(deployment: QimDeployment, tenant: TenantHandle, group: str,
@@ -79,9 +48,9 @@ async def in_one_batch(deployment: QimDeployment, tenant: TenantHandle, group: s
     batches = counter(node, tenant, "react_batches")
     with first_lock_held(deployment.db, group):
         first = asyncio.ensure_future(opener)
-        await until_received(node, tenant, base + 1)
+        await until_counted(node, tenant, "react_requests", base + 1)
         rest = asyncio.gather(*reacts, *elsewhere, return_exceptions=True)
-        await until_received(node, tenant, base + 1 + len(reacts) + len(elsewhere))
+        await until_counted(node, tenant, "react_requests", base + 1 + len(reacts) + len(elsewhere))
     answers = await rest
     opened = await asyncio.gather(first, return_exceptions=True)
     # The opener's batch, the one with all of `reacts`, and one per REACT elsewhere.
