@@ -49,10 +49,17 @@ def _limiter() -> MovingWindowRateLimiter:
 
 async def check_rate(name: str, per_second: float, *identifiers: str) -> None:
     """Take one hit of `name` for `identifiers`, or raise Refused("rate_limited")."""
-    item = rate_item(per_second)
-    limiter = _limiter()
+    refusal = await take_rate(name, per_second, *identifiers)
+    if refusal is not None:
+        raise refusal
+
+
+async def take_rate(name: str, per_second: float, *identifiers: str) -> Refused | None:
+    """Take one hit, or answer the refusal (nothing taken) for the caller to raise when its
+    other checks are done: a SEND's retry still gets its first ACK past the limit."""
+    item, limiter = rate_item(per_second), _limiter()
     if await limiter.hit(item, name, *identifiers):
-        return
+        return None
     stats = await limiter.get_window_stats(item, name, *identifiers)
     retry_after_ms = max(1, math.ceil((stats.reset_time - time.time()) * 1000))
-    raise Refused("rate_limited", f"{name} allows {per_second:g}/s", retry_after_ms=retry_after_ms)
+    return Refused("rate_limited", f"{name} allows {per_second:g}/s", retry_after_ms=retry_after_ms)

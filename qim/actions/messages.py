@@ -1,5 +1,6 @@
 """SEND of persistent messages: idempotent per (user, client_msg_id); the SENDs to one
-conversation that queue behind each other are written together in one transaction."""
+conversation that queue behind each other are checked and written together in one DB-thread
+call and one transaction."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from qim.actions.log import LogRow, append_rows_to_log, lock_conversation
 from qim.clock import now_ms
 from qim.content_types import TypePolicy
 from qim.errors import Refused
-from qim.models import MessageRecord, User
-from qim.queries.conversations import current_members
+from qim.models import Conversation, MessageRecord, User
+from qim.queries.conversations import access_conversation, current_members, require_current_member
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,9 @@ class SendAck:
 
 @dataclass(frozen=True)
 class SendRequest:
-    """One SEND the frame handler has checked (tenant, type, size, rate)."""
+    """One SEND the frame handler has checked (type, size). `rate_refusal` is what the
+    sender's rate budget answered: it is given only once the SEND is known to be neither a
+    retry nor another tenant's or a non-member's (qim/frames/messaging.py)."""
 
     sender: User
     device_id: str
@@ -36,6 +40,11 @@ class SendRequest:
     policy: TypePolicy
     payload_json: str
     target_conversation_seq: int | None = None
+    rate_refusal: Refused | None = None
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.sender.pk, self.client_msg_id)
 
     def log_row(self) -> LogRow:
         return LogRow(
@@ -45,15 +54,25 @@ class SendRequest:
         )
 
 
-def earlier_send(sender_pk: int, client_msg_id: str) -> SendAck | None:
-    """The ACK of the sender's earlier SEND with this client_msg_id, if any. No ORDER BY: the
-    pair is unique, and `.first()`'s ORDER BY id let PostgreSQL walk the log's primary key."""
-    found = (
-        MessageRecord.objects.filter(sender_id=sender_pk, client_msg_id=client_msg_id)
-        .order_by()
-        .values_list("message_id", "conversation_seq", "sent_at_ms")[:1]
-    )
-    return next((SendAck(*row) for row in found), None)
+def earlier_sends(conversation_id: str, requests: Sequence[SendRequest]) -> dict[tuple[int, str], SendAck | Refused]:
+    """For each (sender, client_msg_id) already logged: its first ACK, or `conflict` when it
+    was used for another conversation (a retry names the same one; anything else is a client
+    bug that must not pass for a delivered message). No ORDER BY: the pair is unique, and an
+    ORDER BY id let PostgreSQL walk the log's primary key."""
+    wanted = Q(pk__in=[])
+    for sender_pk, client_msg_id in {request.key for request in requests}:
+        wanted |= Q(sender_id=sender_pk, client_msg_id=client_msg_id)
+    found: dict[tuple[int, str], SendAck | Refused] = {}
+    for sender_pk, client_msg_id, in_conversation, *ack in (
+        MessageRecord.objects.filter(wanted).order_by().values_list(
+            "sender_id", "client_msg_id", "conversation_id", "message_id", "conversation_seq", "sent_at_ms",
+        )
+    ):
+        found[(sender_pk, client_msg_id)] = (
+            SendAck(*ack) if in_conversation == conversation_id
+            else Refused("conflict", f"client_msg_id {client_msg_id!r} was used for another conversation")
+        )
+    return found
 
 
 def do_send_message(
@@ -75,30 +94,45 @@ def do_send_message(
 
 
 def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> list[SendAck | Refused]:
-    """Log persistent messages to one conversation, in order, and diffuse each to every
-    current member's mailbox; answers one outcome per request.
+    """Check and log persistent messages to one conversation, in order, and diffuse each to
+    every current member's mailbox; answers one outcome per request.
 
-    The caller has checked the tenant (access_conversation), the types and the sizes. Opens
-    the transaction and takes the conversation's lock. A retry with the same client_msg_id
-    answers the first ACK and writes nothing, also when two retries race (the unique
-    constraint decides: then the batch is undone and written again one request at a time).
-    Non-members get `forbidden`, an anchor past the head `not_found`; the others are written.
+    The caller has checked the types and the sizes. A retry with the same client_msg_id
+    answers the first ACK and writes nothing, also when two retries race (the
+    unique constraint decides: then the batch is undone and written again one request at a
+    time); a client_msg_id used for another conversation gets `conflict`. Another tenant's
+    conversation is `not_found`, non-members get `forbidden`, an anchor past the head
+    `not_found`; then a request's `rate_refusal`; the others are written, in one transaction
+    under the conversation's lock.
     """
-    # The frame handler looked for an earlier SEND just before (check_send_allowed); a retry
-    # racing its original is settled by the unique constraint. Within a batch, one is written.
-    fresh: list[SendRequest] = []
+    outcomes = earlier_sends(conversation_id, requests)
+    fresh: dict[tuple[int, str], SendRequest] = {}  # within a batch, one of each key is written
     for request in requests:
-        if all((r.sender.pk, r.client_msg_id) != (request.sender.pk, request.client_msg_id) for r in fresh):
-            fresh.append(request)
-    if len(fresh) > 1:
+        if request.key in outcomes or request.key in fresh:
+            continue
+        if request.rate_refusal is not None:  # refused anyway: no write lock for it
+            outcomes[request.key] = _access_refusal(conversation_id, request) or request.rate_refusal
+        else:
+            fresh[request.key] = request
+    to_write = list(fresh.values())
+    if len(to_write) > 1:
         try:
-            written = _write_sends(conversation_id, fresh)
+            written = _write_sends(conversation_id, to_write)
         except IntegrityError:  # a retry raced another node: settle them one by one
-            written = [_write_one(conversation_id, request) for request in fresh]
+            written = [_write_one(conversation_id, request) for request in to_write]
     else:
-        written = [_write_one(conversation_id, request) for request in fresh]
-    by_key = {(r.sender.pk, r.client_msg_id): outcome for r, outcome in zip(fresh, written)}
-    return [by_key[(r.sender.pk, r.client_msg_id)] for r in requests]
+        written = [_write_one(conversation_id, request) for request in to_write]
+    outcomes.update(zip(fresh, written))
+    return [outcomes[request.key] for request in requests]
+
+
+def _access_refusal(conversation_id: str, request: SendRequest) -> Refused | None:
+    try:
+        conversation = access_conversation(request.sender.tenant_id, conversation_id)
+        require_current_member(conversation, request.sender.pk)
+    except Refused as refusal:
+        return refusal
+    return None
 
 
 def _write_one(conversation_id: str, request: SendRequest) -> SendAck | Refused:
@@ -106,7 +140,7 @@ def _write_one(conversation_id: str, request: SendRequest) -> SendAck | Refused:
         [outcome] = _write_sends(conversation_id, [request])
         return outcome
     except IntegrityError:
-        earlier = earlier_send(request.sender.pk, request.client_msg_id)
+        earlier = earlier_sends(conversation_id, [request]).get(request.key)
         if earlier is None:
             raise
         return earlier
@@ -114,12 +148,15 @@ def _write_one(conversation_id: str, request: SendRequest) -> SendAck | Refused:
 
 def _write_sends(conversation_id: str, requests: Sequence[SendRequest]) -> list[SendAck | Refused]:
     with transaction.atomic():
-        conversation = lock_conversation(conversation_id)
+        try:
+            conversation = lock_conversation(conversation_id)
+        except Conversation.DoesNotExist:
+            return [Refused("not_found", "no such conversation") for _ in requests]
         members = current_members(conversation.pk)
         outcomes: list[SendAck | Refused | None] = []
         accepted: list[SendRequest] = []
         for request in requests:
-            refusal = _refusal(request, members, conversation.last_seq)
+            refusal = _refusal(request, conversation, members)
             outcomes.append(refusal)
             if refusal is None:
                 accepted.append(request)
@@ -131,10 +168,13 @@ def _write_sends(conversation_id: str, requests: Sequence[SendRequest]) -> list[
     return [outcome or _ack(next(appended).record) for outcome in outcomes]
 
 
-def _refusal(request: SendRequest, members: dict[int, str], last_seq: int) -> Refused | None:
+def _refusal(request: SendRequest, conversation: Conversation, members: dict[int, str]) -> Refused | None:
+    """Why this request may not be written (the same order as _access_refusal), or None."""
+    if conversation.tenant_id != request.sender.tenant_id:  # another tenant's id: as if absent
+        return Refused("not_found", "no such conversation")
     if request.sender.pk not in members:
         return Refused("forbidden", "you are not a member of this conversation")
-    if request.target_conversation_seq is not None and request.target_conversation_seq > last_seq:
+    if request.target_conversation_seq is not None and request.target_conversation_seq > conversation.last_seq:
         return Refused("not_found", f"no message {request.target_conversation_seq} to anchor on")
     return None
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from qim.actions.messages import SendAck, SendRequest, do_send_messages, earlier_send
+from qim.actions.messages import SendAck, SendRequest, do_send_messages
 from qim.batching import KeyedBatcher
 from qim.conf import limit
 from qim.clock import now_ms
@@ -35,7 +35,7 @@ from qim.queries.conversations import (
     require_current_member,
 )
 from qim.queries.mailbox import sync_page
-from qim.ratelimit import check_rate
+from qim.ratelimit import check_rate, take_rate
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
@@ -108,34 +108,19 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
     if policy.delivery_class == EPHEMERAL:
         await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
         return await relay_ephemeral(conn, frame, payload_json)
-    # Refusals that cost nothing come before the rate budget is touched, and so does a retry:
-    # it must get its first ACK, not rate_limited (a refused request leaves no side effect).
-    earlier = await in_db_thread(check_send_allowed)(conn, frame.conversation_id, frame.client_msg_id)
-    if earlier is not None:
-        return earlier.frame()
-    await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
-
+    # One DB-thread call checks and writes (qim/actions/messages.py): a retry gets its first
+    # ACK and a non-member `forbidden` even past the rate; both count against it.
     request = SendRequest(
-        conn.user, conn.device_id, frame.client_msg_id, policy, payload_json, frame.target_conversation_seq
+        conn.user, conn.device_id, frame.client_msg_id, policy, payload_json, frame.target_conversation_seq,
+        rate_refusal=await take_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id),
     )
     ack = await send_batcher.submit(frame.conversation_id, request)
     return ack.frame()
 
 
 # SENDs to one conversation queue on its row lock; the ones that arrive while a write runs
-# are written together by the next (qim/batching.py).
+# are checked and written together by the next (qim/batching.py).
 send_batcher: KeyedBatcher[str, SendRequest, SendAck] = KeyedBatcher("send", do_send_messages)
-
-
-def check_send_allowed(conn: Connection, conversation_id: str, client_msg_id: str) -> SendAck | None:
-    """The first ACK of a retried SEND, or None once the conversation is this tenant's and the
-    sender a member (else Refused). The write re-checks under the conversation's lock."""
-    earlier = earlier_send(conn.user_pk, client_msg_id)
-    if earlier is not None:
-        return earlier
-    conversation = access_conversation(conn.tenant_id, conversation_id)
-    require_current_member(conversation, conn.user_pk)
-    return None
 
 
 async def relay_ephemeral(conn: Connection, frame: Send, payload_json: str) -> dict:

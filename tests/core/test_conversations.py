@@ -51,6 +51,29 @@ async def test_a_retry_with_the_same_client_msg_id_gets_the_same_ack_and_one_row
     assert [e["message"]["message_id"] for e in events if e["conversation_id"] == group] == [first["message_id"]]
 
 
+async def test_a_client_msg_id_reused_for_another_conversation_is_a_conflict(
+    embedded: QimDeployment, acme: TenantHandle
+) -> None:
+    """The key is (user, client_msg_id): reused elsewhere it is not a retry, and must not be
+    answered with the first conversation's ACK as if this message had been delivered."""
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    first_group, second_group = create_group(alice, bob), create_group(alice, bob, title="other")
+    a = await alice.connect()
+    await send_text(a, first_group, "here", client_msg_id="reused-1")
+    with pytest.raises(QimError) as refused:
+        await send_text(a, second_group, "there", client_msg_id="reused-1")
+    assert refused.value.code == "conflict"
+    assert message_rows(embedded, second_group) == 0
+    assert (await send_text(a, second_group, "there"))["conversation_seq"] == 1
+
+
+async def test_a_send_to_a_conversation_that_does_not_exist_is_not_found(acme: TenantHandle) -> None:
+    a = await acme.persona("alice").connect()
+    with pytest.raises(QimError) as refused:
+        await send_text(a, "01NOSUCHCONVERSATION0000000", "anyone?")
+    assert refused.value.code == "not_found"
+
+
 async def test_interval_rules_for_history_unread_and_the_list(acme: TenantHandle) -> None:
     alice, bob, carol, dave = (acme.persona(n) for n in ("alice", "bob", "carol", "dave"))
     group = create_group(alice, bob)
@@ -237,3 +260,22 @@ async def test_per_user_message_rate_is_enforced(acme: TenantHandle) -> None:
     accepted = [r for r in results if isinstance(r, dict)]
     assert len(accepted) <= 20
     assert sorted(r["conversation_seq"] for r in accepted) == list(range(1, len(accepted) + 1))
+
+
+async def test_past_the_rate_a_retry_still_gets_its_first_ack_and_a_non_member_forbidden(
+    embedded: QimDeployment, acme: TenantHandle
+) -> None:
+    alice, bob, eve = (acme.persona(n) for n in ("alice", "bob", "eve"))
+    group = create_group(alice, bob)
+    a = await alice.connect()
+    first = await send_text(a, group, "once", client_msg_id="kept-1")
+    burst = await asyncio.gather(*(send_text(a, group, f"burst {i}") for i in range(25)), return_exceptions=True)
+    assert any(isinstance(r, QimError) and r.code == "rate_limited" for r in burst)
+    again = await send_text(a, group, "once", client_msg_id="kept-1")  # the budget is spent
+    assert (again["message_id"], again["conversation_seq"]) == (first["message_id"], first["conversation_seq"])
+
+    e = await eve.connect()
+    outcomes = await asyncio.gather(*(send_text(e, group, f"in? {i}") for i in range(25)), return_exceptions=True)
+    assert {r.code for r in outcomes} == {"forbidden"}  # never rate_limited: that would invite a retry
+    accepted = [r for r in burst if isinstance(r, dict)]
+    assert message_rows(embedded, group) == 1 + len(accepted)
