@@ -77,6 +77,7 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     service = get_room_service()
     room = service.local.room(key, conn.tenant_id, frame.room_id)
     room.members.discard(conn)
+    room.live_after.pop(conn, None)
     room.joining[conn] = []
     conn.rooms.add(frame.room_id)
     try:
@@ -106,6 +107,7 @@ async def leave(conn: Connection, room_id: str) -> None:
     if room is None:
         return
     room.members.discard(conn)
+    room.live_after.pop(conn, None)
     room.joining.pop(conn, None)
     service.local.forget_if_empty(room)
     await service.report_count(key)

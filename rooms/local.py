@@ -41,6 +41,10 @@ class LocalRoom:
     # Connections whose join is being answered: live events wait here until the reply is out.
     joining: dict[Connection, list[dict[str, Any]]] = field(default_factory=dict)
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # Members just joined: the room_seq their join reply and hand-over reached. Events up to
+    # it may still wait in `pending` (they arrived before or during the join); the next
+    # flush leaves those out for them.
+    live_after: dict[Connection, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     last_flush: float = 0.0
     flush_task: asyncio.TimerHandle | None = None
@@ -109,7 +113,9 @@ class LocalRooms:
         batches = encode_batches(room.meta, events, frame_cap())
         single = batches[0].frame if len(batches) == 1 else None
         for conn in list(room.members):
-            if single is not None and room.key not in self._deferred.get(conn, ()) and self._within_budget(conn):
+            if room.live_after and conn in room.live_after:
+                await self._deliver_after(conn, room, events, room.live_after.pop(conn))
+            elif single is not None and room.key not in self._deferred.get(conn, ()) and self._within_budget(conn):
                 await self._push(conn, single)
             else:
                 await self._deliver(conn, room.key, room.meta, batches)
@@ -143,6 +149,13 @@ class LocalRooms:
     async def _push(self, conn: Connection, text: str | TextFrame) -> None:
         self._count(conn)
         await self._write(conn, text)
+
+    async def _deliver_after(self, conn: Connection, room: LocalRoom, events: list[dict[str, Any]], after: int) -> None:
+        """A flush to a member that joined since the last one: only what its join did not carry
+        (encoded for it alone; it happens once per join, and only when events were pending)."""
+        fresh = [event for event in events if event["room_seq"] > after]
+        if fresh:
+            await self._deliver(conn, room.key, room.meta, encode_batches(room.meta, fresh, frame_cap()))
 
     async def _deliver(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
         """A room's frames while the budget allows, the rest deferred; all of them deferred
@@ -218,3 +231,4 @@ class LocalRooms:
                     await self._push(conn, batch.frame)
         room.joining.pop(conn, None)
         room.members.add(conn)
+        room.live_after[conn] = reply_latest
