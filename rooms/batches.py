@@ -13,9 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from qim.conf import limit
 from qim.gateway import codec
-from qim.gateway.wire import DaphneSocket, TextFrame
+from qim.gateway.wire import TextFrame, outbound_frame_cap
 
 logger = logging.getLogger(__name__)
 
@@ -25,19 +24,11 @@ logger = logging.getLogger(__name__)
 REPLY_FIELDS_RESERVE = 1024
 
 
-def frame_cap() -> int:
-    """The largest frame to send: QIM_MAX_OUTBOUND_FRAME_BYTES, and never above daphne's own
-    limit when a socket showed it."""
-    cap = int(limit("max_outbound_frame_bytes"))
-    daphne = DaphneSocket.process_max_payload
-    return min(cap, daphne) if daphne > 0 else cap
-
-
 def reply_events_budget(req_id: str | None) -> int:
     """Bytes the events of a join or replay reply may take, so that the reply stays under the
     cap with its other fields and the client's req_id (the writer cuts by this)."""
     echoed = len(codec.encode_bytes(req_id)) if req_id is not None else 0
-    return frame_cap() - REPLY_FIELDS_RESERVE - echoed
+    return outbound_frame_cap() - REPLY_FIELDS_RESERVE - echoed
 
 
 def batch_frame(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:

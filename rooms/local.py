@@ -22,8 +22,8 @@ from typing import Any
 
 from qim.conf import limit
 from qim.gateway.connection import Connection
-from qim.gateway.wire import TextFrame
-from rooms.batches import Batch, encode_batches, frame_cap
+from qim.gateway.wire import TextFrame, outbound_frame_cap
+from rooms.batches import Batch, encode_batches
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class LocalRooms:
             self.forget_if_empty(room)
             return
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
-        batches = encode_batches(room.meta, events, frame_cap())
+        batches = encode_batches(room.meta, events, outbound_frame_cap())
         single = batches[0].frame if len(batches) == 1 else None
         for conn in list(room.members):
             if room.live_after and conn in room.live_after:
@@ -155,7 +155,7 @@ class LocalRooms:
         (encoded for it alone; it happens once per join, and only when events were pending)."""
         fresh = [event for event in events if event["room_seq"] > after]
         if fresh:
-            await self._deliver(conn, room.key, room.meta, encode_batches(room.meta, fresh, frame_cap()))
+            await self._deliver(conn, room.key, room.meta, encode_batches(room.meta, fresh, outbound_frame_cap()))
 
     async def _deliver(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
         """A room's frames while the budget allows, the rest deferred; all of them deferred
@@ -196,7 +196,7 @@ class LocalRooms:
             if left <= 0:
                 break
             meta, events = waiting.pop(key)
-            batches = encode_batches(meta, events, frame_cap())
+            batches = encode_batches(meta, events, outbound_frame_cap())
             planned += [batch.frame for batch in batches[:left]]
             # Listed again, at the end (rooms take turns), with what the budget refused: even
             # when that is nothing, a flush meanwhile must queue behind the frames planned here.
@@ -227,7 +227,7 @@ class LocalRooms:
             buffer.clear()
             if fresh:
                 reply_latest = fresh[-1]["room_seq"]
-                for batch in encode_batches(room.meta, fresh, frame_cap()):
+                for batch in encode_batches(room.meta, fresh, outbound_frame_cap()):
                     await self._push(conn, batch.frame)
         room.joining.pop(conn, None)
         room.members.add(conn)

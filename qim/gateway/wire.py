@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
+from qim.conf import limit
+
 OPCODE_TEXT_FIN = 0x81
 
 
@@ -49,6 +51,14 @@ def frame_bytes(payload: bytes) -> bytes:
 def twisted_buffered(transport: Any) -> int:
     """What a Twisted FileDescriptor transport holds unsent (AttributeError for other kinds)."""
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
+
+def outbound_frame_cap() -> int:
+    """The largest frame to send, in UTF-8 bytes of its text: QIM_MAX_OUTBOUND_FRAME_BYTES,
+    and never above daphne's own limit once a socket showed it (a larger frame is lost)."""
+    cap = int(limit("max_outbound_frame_bytes"))
+    daphne = DaphneSocket.process_max_payload
+    return min(cap, daphne) if daphne > 0 else cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +86,7 @@ class DaphneSocket:
     __slots__ = ("protocol", "transport", "max_payload")
 
     # The message limit of this process's daphne (--websocket-max-message-size; one server
-    # gives every socket the same), 0 until a socket was seen: room batches are cut below it
-    # even when QIM_MAX_OUTBOUND_FRAME_BYTES was set above it (rooms/batches.py).
+    # gives every socket the same), 0 until a socket was seen (outbound_frame_cap).
     process_max_payload: ClassVar[int] = 0
 
     def __init__(self, protocol: WebSocketProtocol, transport: tcp.Server) -> None:

@@ -47,17 +47,19 @@ class CappedReader:
     records each frame's exact size and arrival time (read as it comes, in a task)."""
 
     ws: Any
+    cap: int
     frames: list[tuple[float, int, dict]] = field(default_factory=list)
     inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     task: asyncio.Task | None = None
 
     @classmethod
-    async def open(cls, persona: Persona) -> "CappedReader":
-        ws = await websockets.connect(persona.tenant.node.ws_url, max_size=CAP, compression=None)
-        reader = cls(ws)
+    async def open(cls, persona: Persona, cap: int = CAP) -> "CappedReader":
+        ws = await websockets.connect(persona.tenant.node.ws_url, max_size=cap, compression=None)
+        reader = cls(ws, cap)
         reader.task = asyncio.create_task(reader._read())
         await reader.send({"type": "AUTH", "token": persona.token(), "device_id": "phone"})
-        assert (await reader.recv())["type"] == "AUTH_OK"
+        auth_ok = await reader.recv()
+        assert (auth_ok["type"], auth_ok["limits"]["max_outbound_frame_bytes"]) == ("AUTH_OK", cap)
         return reader
 
     async def _read(self) -> None:
@@ -104,7 +106,7 @@ class CappedReader:
         return [(t, size, f) for t, size, f in self.frames if f["type"] == "ROOM_BATCH" and "req_id" not in f]
 
     def assert_under_cap_and_rate(self) -> None:
-        assert all(size <= CAP for _, size, _ in self.frames), max(size for _, size, _ in self.frames)
+        assert all(size <= self.cap for _, size, _ in self.frames), max(size for _, size, _ in self.frames)
         times = [t for t, _, _ in self.pushes()]
         worst = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
         assert worst <= FRAME_RATE, f"{worst} ROOM_BATCH frames in one second"
@@ -211,3 +213,32 @@ async def test_the_sdk_fetches_the_rest_of_a_cut_join_reply_by_itself(tenant: Te
     assert [i["room_seq"] for i in items] == [a["room_seq"] for a in acks] + [later["room_seq"]]
     with pytest.raises(TimeoutError):
         await w.next_room_event(timeout=0.5)
+
+
+@pytest.fixture(scope="module")
+def cap_over_daphne(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+    deployment = start_embedded(sqlite_template, work_dir, extra_env={
+        "QIM_MAX_OUTBOUND_FRAME_BYTES": str(8 << 20), "QIM_ROOM_MSG_RATE": "1000",
+    })
+    yield deployment
+    deployment.stop()
+
+
+async def test_a_cap_set_above_daphnes_limit_is_held_to_it(cap_over_daphne: QimDeployment) -> None:
+    tenant = cap_over_daphne.tenants["acme"]
+    sender = tenant.persona("sender")
+    room = create_room(sender)
+    s = await sender.connect()
+    await join(s, room)
+    acks = await send_big(s, room, SENT)  # 1.2 MB: more than daphne's 1 MiB (the test nodes')
+    daphne_limit = 1 << 20
+    reader = await CappedReader.open(tenant.persona("reader"), cap=daphne_limit)
+    joined = await reader.request({"type": "ROOM_JOIN", "req_id": "j", "room_id": room, "after_room_seq": 0})
+    assert joined["has_more"] is True and len(joined["events"]) > SENT // 2
+    rest = await reader.request({"type": "ROOM_REPLAY", "req_id": "r", "room_id": room,
+                                 "after_room_seq": joined["events"][-1]["room_seq"]})
+    assert rest["has_more"] is False
+    assert [e["room_seq"] for e in joined["events"] + rest["events"]] == [a["room_seq"] for a in acks]
+    await reader.assert_nothing_more()
+    await reader.close()
+    await tenant.close_clients()
