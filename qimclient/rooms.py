@@ -61,10 +61,13 @@ class RoomState:
     # Pushed events past a gap, waiting for the gap to fill: room_seq -> event.
     held: dict[int, dict[str, Any]] = field(default_factory=dict)
     gap_task: asyncio.Task[None] | None = None
+    # Asking for the rest of a reply that said `has_more`.
+    more_task: asyncio.Future[None] | None = None
 
 
 class RoomSync:
-    """Turns ROOM_BATCH replies and pushes into one ordered, deduplicated stream of items:
+    """Turns ROOM_BATCH replies and pushes into one ordered, deduplicated stream of items
+    (a reply cut by size, `has_more`, is followed by ROOM_REPLAYs for the rest):
 
     * `{"kind": "event", "room_id", "room_seq", "event"}`: a room event, once, in room_seq
       order per room (the event gets a `render` field, as message objects do);
@@ -114,15 +117,15 @@ class RoomSync:
     def forget(self, room_id: str) -> None:
         state = self.rooms.pop(room_id, None)
         if state is not None:
-            self._cancel_gap_fill(state)
+            self._stop_tasks(state)
             state.held.clear()
 
     def connection_lost(self) -> None:
         """The socket dropped: no room is joined until its rejoin is answered (the rejoin's
-        replay also fills any gap, so pending fills stop)."""
+        replay also fills any gap and asks for the rest of a cut reply, so those stop)."""
         for state in self.rooms.values():
             state.joined.clear()
-            self._cancel_gap_fill(state)
+            self._stop_tasks(state)
 
     async def wait_joined(self, room_id: str, timeout: float | None) -> None:
         state = self.rooms.get(room_id)
@@ -207,9 +210,14 @@ class RoomSync:
             if state.last_room_seq is None or event["room_seq"] > state.last_room_seq:
                 state.held[event["room_seq"]] = event
         if "req_id" in frame and latest is not None:
-            # A reply (join, replay) is the whole range after the position asked for, up to
-            # the head: it leaves no gap below `latest`.
-            self._release(state, latest)
+            if frame.get("has_more") is True and events:
+                # A reply cut by size (§8): whole up to its last event; the rest is asked for.
+                self._release(state, events[-1]["room_seq"])
+                self._ask_for_more(state)
+            else:
+                # A reply (join, replay) is the whole range after the position asked for, up
+                # to the head: it leaves no gap below `latest`.
+                self._release(state, latest)
         self._drain(state)
 
     def _jump(self, state: RoomState, reason: str, target: int | None) -> None:
@@ -261,10 +269,37 @@ class RoomSync:
         self._jump(state, GAP, min(state.held) - 1)
         self._drain(state)
 
+    def _ask_for_more(self, state: RoomState) -> None:
+        # A new task each time: the one whose answer is being taken has not finished yet.
+        state.more_task = asyncio.ensure_future(self._replay_more(state))
+
+    async def _replay_more(self, state: RoomState) -> None:
+        """A reply said `has_more`: ROOM_REPLAY after the last event handed on. Its answer
+        goes through `accept`, which asks again while it says `has_more`."""
+        for attempt in range(GAP_FILL_ATTEMPTS):
+            if self.rooms.get(state.room_id) is not state:
+                return
+            try:
+                await self.session.request("ROOM_REPLAY", room_id=state.room_id, after_room_seq=state.last_room_seq)
+                return
+            except ConnectionLost:
+                return  # the rejoin replays from the same position
+            except (QimError, TimeoutError) as error:
+                logger.info("ROOM_REPLAY of room %s failed: %s", state.room_id, error)
+                await asyncio.sleep(self.gap_grace)
+        self._jump(state, GAP, state.latest_room_seq)
+        self._drain(state)
+
     def _cancel_gap_fill(self, state: RoomState) -> None:
         task, state.gap_task = state.gap_task, None
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
+
+    def _stop_tasks(self, state: RoomState) -> None:
+        self._cancel_gap_fill(state)
+        more, state.more_task = state.more_task, None
+        if more is not None and not more.done() and more is not asyncio.current_task():
+            more.cancel()
 
     # Delivery
 
@@ -275,7 +310,7 @@ class RoomSync:
     async def stop(self) -> None:
         for state in self.rooms.values():
             state.joined.clear()
-            self._cancel_gap_fill(state)
+            self._stop_tasks(state)
         task = self._task
         if task is not None and not task.done():
             task.cancel()
@@ -358,6 +393,8 @@ class RoomRequests:
 
     async def join_room(self, room_id: str, after_room_seq: int | None = None) -> Frame:
         """ROOM_JOIN; answers the ROOM_BATCH reply, whose events also enter the room stream.
+        A replay too large for one frame says `has_more`: the stream asks for the rest
+        (ROOM_REPLAY after its last event) by itself.
 
         From then on the room is tracked: its events reach `on_room_event`/`next_room_event`
         once each, in room_seq order, and every reconnect rejoins it with `after_room_seq` =
@@ -430,8 +467,10 @@ class RoomRequests:
                 await asyncio.sleep(self.backoff.delay(attempt))
 
     async def room_replay(self, room_id: str, after_room_seq: int) -> Frame:
-        """ROOM_REPLAY; answers the ROOM_BATCH. For a tracked room its events not yet handed
-        on enter the stream, and a truncation is reported there too."""
+        """ROOM_REPLAY; answers the ROOM_BATCH, the oldest events that fit in one frame
+        (`has_more` when there are more: ask again after its last event). For a tracked room
+        its events not yet handed on enter the stream, which fetches the rest by itself, and
+        a truncation is reported there too."""
         return await self.request("ROOM_REPLAY", room_id=room_id, after_room_seq=after_room_seq)
 
     def on_room_event(self, callback: RoomCallback) -> Callable[[], None]:

@@ -15,6 +15,7 @@ from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.gateway.node import on_disconnect
+from rooms.batches import reply_events_budget
 from rooms.local import LocalRoom
 from rooms.queries import access_room
 from rooms.service import get_room_service, room_key
@@ -67,7 +68,8 @@ def joined_room(conn: Connection, room_id: str) -> LocalRoom:
 @frame_handler("ROOM_JOIN", RoomJoin)
 async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     """Join (or rejoin) a room; the reply is a ROOM_BATCH, a replay when after_room_seq is
-    given. Live ROOM_BATCH pushes follow, never older than what the reply carried."""
+    given (cut by size like ROOM_REPLAY's, `has_more` then). Live ROOM_BATCH pushes follow,
+    never older than the reply's latest_room_seq."""
     await in_db_thread(access_room)(conn.tenant_id, frame.room_id)
     key = room_key(conn.tenant_id, frame.room_id)
     if frame.room_id not in conn.rooms and len(conn.rooms) >= limit("max_rooms_per_connection"):
@@ -75,11 +77,14 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     service = get_room_service()
     room = service.local.room(key, conn.tenant_id, frame.room_id)
     room.members.discard(conn)
+    room.live_after.pop(conn, None)
     room.joining[conn] = []
     conn.rooms.add(frame.room_id)
     try:
         body = await service.call_writer(
-            key, "room.join", {"node": service.node.node_id, "count": room.count, "after": frame.after_room_seq}
+            key, "room.join",
+            {"node": service.node.node_id, "count": room.count, "after": frame.after_room_seq,
+             "max_bytes": reply_events_budget(frame.req_id)},
         )
     except Exception:
         room.joining.pop(conn, None)
@@ -102,6 +107,7 @@ async def leave(conn: Connection, room_id: str) -> None:
     if room is None:
         return
     room.members.discard(conn)
+    room.live_after.pop(conn, None)
     room.joining.pop(conn, None)
     service.local.forget_if_empty(room)
     await service.report_count(key)
@@ -139,8 +145,11 @@ async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
 
 @frame_handler("ROOM_REPLAY", RoomReplay)
 async def handle_room_replay(conn: Connection, frame: RoomReplay) -> dict:
+    """A ROOM_BATCH of the oldest events after the position that fit in one frame; with
+    `has_more`, the client asks again after the last one (protocol.md §8)."""
     joined_room(conn, frame.room_id)
     body = await get_room_service().call_writer(
-        room_key(conn.tenant_id, frame.room_id), "room.replay", {"after": frame.after_room_seq}
+        room_key(conn.tenant_id, frame.room_id), "room.replay",
+        {"after": frame.after_room_seq, "max_bytes": reply_events_budget(frame.req_id)},
     )
     return batch_reply(body)

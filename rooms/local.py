@@ -2,43 +2,34 @@
 
 Events arrive from the RoomWriter once per node. Each room flushes at most once per
 1/room_outbound_frame_rate seconds: the events that arrived since the last flush go out as one
-ROOM_BATCH, encoded once and written to every member socket (§1.3). A connection that is in
-several rooms could still exceed the rate, so each connection also has a one-second budget;
-a frame over budget is deferred and merged into that connection's next frame. Nothing is
-dropped while it is in the window.
+ROOM_BATCH, encoded once and written to every member socket (§1.3), or as several when that
+frame would exceed the outbound frame cap (rooms/batches.py). A connection that is in several
+rooms could still exceed the rate, so each connection also has a one-second budget, which
+every frame counts against, cut ones too; a frame over budget is deferred and merged into
+that connection's next frame of the room, cut again by size when it goes. Nothing is dropped
+while it is in the window, and a room's events reach a connection in room_seq order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from qim.conf import limit
-from qim.gateway import codec
 from qim.gateway.connection import Connection
-from qim.gateway.wire import TextFrame
+from qim.gateway.wire import TextFrame, outbound_frame_cap
+from rooms.batches import Batch, encode_batches
 
 logger = logging.getLogger(__name__)
 
 # Slack so that timer and delivery jitter (up to a quarter second on a loaded 2-core machine)
 # can never squeeze rate + 1 frames into one second as the client sees them.
 RATE_SLACK = 1.25
-
-
-def batch_frame(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "type": "ROOM_BATCH",
-        "room_id": meta["room_id"],
-        "room_epoch": meta["room_epoch"],
-        "events": events,
-        "latest_room_seq": meta["latest_room_seq"],
-        "earliest_replay_room_seq": meta["earliest_replay_room_seq"],
-        "replay_truncated": False,
-    }
 
 
 @dataclass(eq=False)
@@ -50,6 +41,10 @@ class LocalRoom:
     # Connections whose join is being answered: live events wait here until the reply is out.
     joining: dict[Connection, list[dict[str, Any]]] = field(default_factory=dict)
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # Members just joined: the room_seq their join reply and hand-over reached. Events up to
+    # it may still wait in `pending` (they arrived before or during the join); the next
+    # flush leaves those out for them.
+    live_after: dict[Connection, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     last_flush: float = 0.0
     flush_task: asyncio.TimerHandle | None = None
@@ -115,56 +110,108 @@ class LocalRooms:
             self.forget_if_empty(room)
             return
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
-        text = TextFrame.of(codec.encode(batch_frame(room.meta, events)))
+        batches = encode_batches(room.meta, events, outbound_frame_cap())
+        single = batches[0].frame if len(batches) == 1 else None
         for conn in list(room.members):
-            if self._within_budget(conn):
-                await self._push(conn, text)
+            if room.live_after and conn in room.live_after:
+                await self._deliver_after(conn, room, events, room.live_after.pop(conn))
+            elif single is not None and room.key not in self._deferred.get(conn, ()) and self._within_budget(conn):
+                await self._push(conn, single)
             else:
-                self._defer(conn, room, events)
+                await self._deliver(conn, room.key, room.meta, batches)
         # The next tick counts from the end of this one: a flush to many sockets that takes
         # longer than the interval must not make every following flush carry one event.
         room.last_flush = time.monotonic()
 
     # --- the per-connection budget -----------------------------------------------------------
 
-    def _within_budget(self, conn: Connection) -> bool:
+    def _budget_left(self, conn: Connection) -> int:
+        """Frames this connection may still get in the current second."""
         sent = self._sent_at[conn]
         horizon = time.monotonic() - RATE_SLACK
         while sent and sent[0] <= horizon:
             sent.popleft()
-        return len(sent) < limit("room_outbound_frame_rate")
+        return max(0, math.ceil(limit("room_outbound_frame_rate")) - len(sent))
 
-    async def _push(self, conn: Connection, text: str | TextFrame) -> None:
-        self._sent_at[conn].append(time.monotonic())
-        self.frames_pushed += 1
+    def _within_budget(self, conn: Connection) -> bool:
+        return self._budget_left(conn) > 0
+
+    def _count(self, conn: Connection, frames: int = 1) -> None:
+        self._sent_at[conn].extend([time.monotonic()] * frames)
+        self.frames_pushed += frames
+
+    async def _write(self, conn: Connection, text: str | TextFrame) -> None:
         try:
             await conn.send_text(text)
         except Exception:
             logger.exception("writing a ROOM_BATCH to %s failed", conn.connection_id)
 
-    def _defer(self, conn: Connection, room: LocalRoom, events: list[dict[str, Any]]) -> None:
-        _, held = self._deferred[conn].get(room.key, (room.meta, []))
-        self._deferred[conn][room.key] = (room.meta, held + events)
+    async def _push(self, conn: Connection, text: str | TextFrame) -> None:
+        self._count(conn)
+        await self._write(conn, text)
+
+    async def _deliver_after(self, conn: Connection, room: LocalRoom, events: list[dict[str, Any]], after: int) -> None:
+        """A flush to a member that joined since the last one: only what its join did not carry
+        (encoded for it alone; it happens once per join, and only when events were pending)."""
+        fresh = [event for event in events if event["room_seq"] > after]
+        if fresh:
+            await self._deliver(conn, room.key, room.meta, encode_batches(room.meta, fresh, outbound_frame_cap()))
+
+    async def _deliver(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
+        """A room's frames while the budget allows, the rest deferred; all of them deferred
+        while older events of the room wait for this connection (those go first). Planned
+        and counted before the first write, so that a flush running meanwhile sees both."""
+        waiting = self._deferred.get(conn)
+        left = 0 if waiting is not None and key in waiting else self._budget_left(conn)
+        now, later = batches[:left], batches[left:]
+        if later:
+            self._defer(conn, key, meta, [event for batch in later for event in batch.events])
+        self._count(conn, len(now))
+        for batch in now:
+            await self._write(conn, batch.frame)
+
+    def _defer(self, conn: Connection, key: str, meta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        _, held = self._deferred[conn].get(key, (meta, []))
+        self._deferred[conn][key] = (meta, held + events)
         if conn not in self._deferred_timer:
-            oldest = self._sent_at[conn][0] if self._sent_at[conn] else time.monotonic()
-            delay = max(0.0, oldest + RATE_SLACK - time.monotonic()) + 0.001
-            self._deferred_timer[conn] = asyncio.get_running_loop().call_later(
-                delay, lambda: asyncio.create_task(self._flush_deferred(conn))
-            )
+            self._arm_deferred(conn)
+
+    def _arm_deferred(self, conn: Connection) -> None:
+        """Flush the deferred frames when the oldest frame of the second leaves the budget."""
+        oldest = self._sent_at[conn][0] if self._sent_at[conn] else time.monotonic()
+        delay = max(0.0, oldest + RATE_SLACK - time.monotonic()) + 0.001
+        self._deferred_timer[conn] = asyncio.get_running_loop().call_later(
+            delay, lambda: asyncio.create_task(self._flush_deferred(conn))
+        )
 
     async def _flush_deferred(self, conn: Connection) -> None:
         self._deferred_timer.pop(conn, None)
-        waiting = self._deferred.get(conn, {})
-        while waiting and self._within_budget(conn):
-            key = next(iter(waiting))
+        waiting = self._deferred.get(conn)
+        if not waiting:
+            self._deferred.pop(conn, None)
+            return
+        planned: list[TextFrame] = []
+        left = self._budget_left(conn)
+        for key in list(waiting):
+            if left <= 0:
+                break
             meta, events = waiting.pop(key)
-            await self._push(conn, codec.encode(batch_frame(meta, events)))
+            batches = encode_batches(meta, events, outbound_frame_cap())
+            planned += [batch.frame for batch in batches[:left]]
+            # Listed again, at the end (rooms take turns), with what the budget refused: even
+            # when that is nothing, a flush meanwhile must queue behind the frames planned here.
+            waiting[key] = (meta, [event for batch in batches[left:] for event in batch.events])
+            left -= min(left, len(batches))
+        self._count(conn, len(planned))
+        for frame in planned:
+            await self._write(conn, frame)
+        if self._deferred.get(conn) is not waiting:
+            return  # the connection went away meanwhile
+        for key in [key for key, (_, events) in waiting.items() if not events]:
+            del waiting[key]
         if waiting:
-            oldest = self._sent_at[conn][0]
-            delay = max(0.0, oldest + RATE_SLACK - time.monotonic()) + 0.001
-            self._deferred_timer[conn] = asyncio.get_running_loop().call_later(
-                delay, lambda: asyncio.create_task(self._flush_deferred(conn))
-            )
+            if conn not in self._deferred_timer:
+                self._arm_deferred(conn)
         else:
             self._deferred.pop(conn, None)
 
@@ -180,6 +227,8 @@ class LocalRooms:
             buffer.clear()
             if fresh:
                 reply_latest = fresh[-1]["room_seq"]
-                await self._push(conn, codec.encode(batch_frame(room.meta, fresh)))
+                for batch in encode_batches(room.meta, fresh, outbound_frame_cap()):
+                    await self._push(conn, batch.frame)
         room.joining.pop(conn, None)
         room.members.add(conn)
+        room.live_after[conn] = reply_latest

@@ -233,7 +233,7 @@ def get_room_service() -> RoomService:
 async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
     writer = get_room_service().local_writer(body["key"])
     writer.set_count(body["node"], body["count"])
-    return {**writer.replay(body.get("after")), "online_count": writer.online_count}
+    return {**writer.replay(body.get("after"), body.get("max_bytes")), "online_count": writer.online_count}
 
 
 @node_call_handler("room.count")
@@ -245,7 +245,7 @@ async def answer_count(node: ConnectionNode, body: dict[str, Any]) -> dict[str, 
 
 @node_call_handler("room.replay")
 async def answer_replay(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
-    return get_room_service().local_writer(body["key"]).replay(body["after"])
+    return get_room_service().local_writer(body["key"]).replay(body["after"], body.get("max_bytes"))
 
 
 @node_call_handler("room.send")

@@ -18,6 +18,7 @@ from ulid import ULID
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.faults import fault_point
+from rooms.batches import fit_events
 from rooms.ring import Replay, RoomRing
 
 
@@ -80,10 +81,18 @@ class RoomWriter:
             "earliest_replay_room_seq": self.ring.earliest_room_seq,
         }
 
-    def replay(self, after_room_seq: int | None) -> dict[str, Any]:
-        """The ROOM_BATCH body answering a join or replay (§8)."""
+    def replay(self, after_room_seq: int | None, max_bytes: int | None = None) -> dict[str, Any]:
+        """The ROOM_BATCH body answering a join or replay (§8): the oldest events after the
+        position whose JSON fits in `max_bytes` (at least one), and `has_more` when newer
+        ones did not fit (the client replays again after the last one)."""
         outcome = self.ring.replay(after_room_seq) if after_room_seq is not None else Replay([], False)
-        body = {**self.head(), "events": outcome.events, "replay_truncated": outcome.truncated}
+        events = outcome.events
+        if max_bytes is not None:
+            events = events[: fit_events(events, max_bytes)]
+        body = {
+            **self.head(), "events": events, "replay_truncated": outcome.truncated,
+            "has_more": len(events) < len(outcome.events),
+        }
         if outcome.reason is not None:
             body["replay_truncated_reason"] = outcome.reason
         return body

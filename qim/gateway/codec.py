@@ -17,6 +17,11 @@ def encode(frame: Any) -> str:
     return _encoder.encode(frame).decode()
 
 
+def encode_bytes(frame: Any) -> bytes:
+    """The same JSON as `encode`, as UTF-8 bytes: measured against a frame-size cap."""
+    return _encoder.encode(frame)
+
+
 def decode(text: str | bytes) -> Any:
     """Raises msgspec.DecodeError on malformed JSON."""
     return _decoder.decode(text)

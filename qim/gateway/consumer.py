@@ -22,7 +22,7 @@ from qim.gateway.dispatch import route_for
 from qim.errors import Refused
 from qim.gateway.errors import error_frame, refusal_frame
 from qim.gateway.node import get_node
-from qim.gateway.wire import DaphneSocket, TextFrame, twisted_buffered
+from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.queries import identity_for_token
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "node_id": node.node_id,
             "server_time_ms": now_ms(),
             "registry_version": identity.registry_version,
-            "limits": all_limits(),
+            # The frame cap as this process applies it (daphne's limit may be lower).
+            "limits": {**all_limits(), "max_outbound_frame_bytes": outbound_frame_cap()},
         }
         if frame.req_id is not None:
             reply["req_id"] = frame.req_id

@@ -21,17 +21,23 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
+
+from qim.conf import limit
 
 OPCODE_TEXT_FIN = 0x81
 
 
 def text_frame(text: str) -> bytes:
     """One unmasked, unfragmented RFC 6455 text frame (§5.2) carrying `text`."""
-    payload = text.encode()
+    return frame_bytes(text.encode())
+
+
+def frame_bytes(payload: bytes) -> bytes:
+    """The text frame around `payload`, the UTF-8 bytes of the text."""
     size = len(payload)
     if size <= 125:
         header = struct.pack("!BB", OPCODE_TEXT_FIN, size)
@@ -47,16 +53,31 @@ def twisted_buffered(transport: Any) -> int:
     return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
 
 
+def outbound_frame_cap() -> int:
+    """The largest frame to send, in UTF-8 bytes of its text: QIM_MAX_OUTBOUND_FRAME_BYTES,
+    and never above daphne's own limit once a socket showed it (a larger frame is lost)."""
+    cap = int(limit("max_outbound_frame_bytes"))
+    daphne = DaphneSocket.process_max_payload
+    return min(cap, daphne) if daphne > 0 else cap
+
+
 @dataclass(frozen=True, slots=True)
 class TextFrame:
     """A push encoded and framed once, written to many sockets (a room's batch)."""
 
     text: str
     data: bytes
+    # UTF-8 bytes of `text`: what autobahn's maxMessagePayloadSize is compared with.
+    size: int
 
     @classmethod
     def of(cls, text: str) -> "TextFrame":
-        return cls(text, text_frame(text))
+        return cls.of_bytes(text.encode())
+
+    @classmethod
+    def of_bytes(cls, payload: bytes) -> "TextFrame":
+        """From the UTF-8 bytes of the text (what the JSON encoder gives)."""
+        return cls(payload.decode(), frame_bytes(payload), len(payload))
 
 
 class DaphneSocket:
@@ -64,10 +85,15 @@ class DaphneSocket:
 
     __slots__ = ("protocol", "transport", "max_payload")
 
+    # The message limit of this process's daphne (--websocket-max-message-size; one server
+    # gives every socket the same), 0 until a socket was seen (outbound_frame_cap).
+    process_max_payload: ClassVar[int] = 0
+
     def __init__(self, protocol: WebSocketProtocol, transport: tcp.Server) -> None:
         self.protocol = protocol
         self.transport = transport
         self.max_payload: int = protocol.maxMessagePayloadSize
+        DaphneSocket.process_max_payload = self.max_payload
 
     @classmethod
     def under(cls, send: Any) -> "DaphneSocket | None":
@@ -99,7 +125,7 @@ class DaphneSocket:
             and protocol._perMessageCompress is None
             and not protocol.maskServerFrames
             and not protocol.autoFragmentSize
-            and not (0 < self.max_payload < len(frame.data))
+            and not (0 < self.max_payload < frame.size)
             and transport.connected
             and not transport.disconnecting
             and not transport._writeDisconnected

@@ -238,6 +238,8 @@ class ScriptedRoom:
         self.held: dict[int, dict] = {}
         self.epoch = 1
         self.truncate = False
+        # Replies carry at most this many events and say has_more (a reply cut by size).
+        self.page: int | None = None
         self.requests: list[tuple[str, dict]] = []
 
     def latest(self) -> int:
@@ -253,6 +255,9 @@ class ScriptedRoom:
             reply.update(replay_truncated=True, replay_truncated_reason="evicted")
         elif after is not None:
             reply["events"] = [self.held[s] for s in sorted(self.held) if s > after]
+        if self.page is not None:
+            reply["has_more"] = len(reply["events"]) > self.page
+            del reply["events"][self.page:]
         assert self.sync is not None
         self.sync.accept(reply)
         return reply
@@ -313,5 +318,26 @@ async def test_out_of_order_pushes_gaps_stale_writers_and_epoch_changes() -> Non
         sync.forget("r")
         room.push(2 * E + 4, epoch=2)                 # untracked: ignored
         assert await drained(sync) == []
+    finally:
+        await sync.stop()
+
+
+async def test_a_reply_cut_by_size_is_followed_by_replays_of_the_rest() -> None:
+    room = ScriptedRoom()
+    room.page = 3
+    sync = room.sync = RoomSync(room, gap_grace=0.05)  # type: ignore[arg-type]
+    sync.start()
+    try:
+        for n in range(1, 9):
+            room.event(E + n)
+        sync.track("r")
+        joined = await room.request("ROOM_JOIN", room_id="r", after_room_seq=E)
+        assert joined["has_more"] is True and joined["latest_room_seq"] == E + 8
+        room.push(E + 9)                              # live, past the join's head: held meanwhile
+        await asyncio.sleep(0.2)
+        assert await drained(sync) == [("event", E + n) for n in range(1, 10)]
+        assert room.requests[1:] == [("ROOM_REPLAY", {"room_id": "r", "after_room_seq": E + 3}),
+                                     ("ROOM_REPLAY", {"room_id": "r", "after_room_seq": E + 6})]
+        assert sync.gap_fills == 0 and sync.rooms["r"].truncations == 0
     finally:
         await sync.stop()

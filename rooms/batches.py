@@ -1,0 +1,85 @@
+"""ROOM_BATCH frames cut by encoded size, so that none exceeds the outbound frame cap.
+
+Daphne's --websocket-max-message-size (autobahn's maxMessagePayloadSize) bounds what the
+server sends as well as what it receives: a larger frame raises PayloadExceededError and is
+lost for that socket. Pushes are cut into several frames, each holding the next events in
+room_seq order; a replay reply carries the oldest events that fit and says `has_more`
+(protocol.md §8). A single event is never cut: the cap must stay above one event.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from qim.gateway import codec
+from qim.gateway.wire import TextFrame, outbound_frame_cap
+
+logger = logging.getLogger(__name__)
+
+# What a replay reply's fields other than `events` may take (room_id of 64 characters, four
+# 19-digit numbers, the truncation reason, has_more: under 400 bytes), plus the client's
+# req_id, which the writer does not see.
+REPLY_FIELDS_RESERVE = 1024
+
+
+def reply_events_budget(req_id: str | None) -> int:
+    """Bytes the events of a join or replay reply may take, so that the reply stays under the
+    cap with its other fields and the client's req_id (the writer cuts by this)."""
+    echoed = len(codec.encode_bytes(req_id)) if req_id is not None else 0
+    return outbound_frame_cap() - REPLY_FIELDS_RESERVE - echoed
+
+
+def batch_frame(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pushed ROOM_BATCH (no req_id) of `events` under the room head in `meta`."""
+    return {
+        "type": "ROOM_BATCH",
+        "room_id": meta["room_id"],
+        "room_epoch": meta["room_epoch"],
+        "events": events,
+        "latest_room_seq": meta["latest_room_seq"],
+        "earliest_replay_room_seq": meta["earliest_replay_room_seq"],
+        "replay_truncated": False,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One frame to push and the events it carries (kept to defer what the budget refuses)."""
+
+    events: list[dict[str, Any]]
+    frame: TextFrame
+
+
+def encode_batches(meta: dict[str, Any], events: list[dict[str, Any]], cap: int) -> list[Batch]:
+    """`events` as ROOM_BATCH frames of at most `cap` bytes each, in order.
+
+    The usual case is one encode and one frame, written to every member as it is; only a
+    frame over the cap is cut, by the encoded size of each event.
+    """
+    data = codec.encode_bytes(batch_frame(meta, events))
+    if len(data) <= cap or len(events) <= 1:
+        if len(data) > cap:
+            logger.warning("one room event of %d bytes is over the frame cap %d", len(data), cap)
+        return [Batch(events, TextFrame.of_bytes(data))]
+    budget = cap - len(codec.encode_bytes(batch_frame(meta, [])))
+    batches = []
+    start = 0
+    while start < len(events):
+        end = start + fit_events(events[start:], budget)
+        chunk = events[start:end]
+        batches.append(Batch(chunk, TextFrame.of_bytes(codec.encode_bytes(batch_frame(meta, chunk)))))
+        start = end
+    return batches
+
+
+def fit_events(events: list[dict[str, Any]], budget: int) -> int:
+    """How many of the first `events` fit in `budget` bytes of a JSON list's items and commas;
+    at least one, so that every frame and every replay page makes progress."""
+    used = 0
+    for count, event in enumerate(events):
+        used += len(codec.encode_bytes(event)) + (1 if count else 0)
+        if used > budget:
+            return max(1, count)
+    return len(events)
