@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 # Slack so that timer and delivery jitter (up to a quarter second on a loaded 2-core machine)
 # can never squeeze rate + 1 frames into one second as the client sees them.
 RATE_SLACK = 1.25
+# Sockets a room's tick writes before it lets the loop run other work: about 1 ms of
+# direct writes on the bench machine (docs/performance.md).
+FLUSH_SLICE = 64
 
 
 @dataclass(eq=False)
@@ -96,32 +99,48 @@ class LocalRooms:
         for buffer in room.joining.values():
             buffer.extend(message["events"])
         if room.flush_task is None:
-            delay = max(0.0, room.last_flush + self.interval - time.monotonic())
-            room.flush_task = asyncio.get_running_loop().call_later(delay, self._flush_soon, room)
+            self._schedule_flush(room)
+
+    def _schedule_flush(self, room: LocalRoom) -> None:
+        delay = max(0.0, room.last_flush + self.interval - time.monotonic())
+        room.flush_task = asyncio.get_running_loop().call_later(delay, self._flush_soon, room)
 
     def _flush_soon(self, room: LocalRoom) -> None:
         asyncio.create_task(self.flush(room))
 
     async def flush(self, room: LocalRoom) -> None:
-        room.flush_task = None
+        """One tick of a room: what arrived since the last, to every member. `flush_task` stays
+        set until the tick ends, so that ticks of one room never overlap (they would reorder
+        events on the sockets a yielding tick has not reached yet)."""
         events, room.pending = room.pending, []
-        room.last_flush = time.monotonic()
-        if not events or not room.members:
-            self.forget_if_empty(room)
-            return
+        try:
+            if events and room.members:
+                await self._write_tick(room, events)
+        finally:
+            # The next tick counts from the end of this one: a flush to many sockets that takes
+            # longer than the interval must not make every following flush carry one event.
+            room.last_flush = time.monotonic()
+            room.flush_task = None
+            if room.pending:
+                self._schedule_flush(room)
+            else:
+                self.forget_if_empty(room)
+
+    async def _write_tick(self, room: LocalRoom, events: list[dict[str, Any]]) -> None:
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
         batches = encode_batches(room.meta, events, outbound_frame_cap())
         single = batches[0].frame if len(batches) == 1 else None
-        for conn in list(room.members):
+        for index, conn in enumerate(list(room.members)):
+            if index and index % FLUSH_SLICE == 0:
+                # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
+                # big room's tick, not for all of it (design C-3: isolation on one node).
+                await asyncio.sleep(0)
             if room.live_after and conn in room.live_after:
                 await self._deliver_after(conn, room, events, room.live_after.pop(conn))
             elif single is not None and room.key not in self._deferred.get(conn, ()) and self._within_budget(conn):
                 await self._push(conn, single)
             else:
                 await self._deliver(conn, room.key, room.meta, batches)
-        # The next tick counts from the end of this one: a flush to many sockets that takes
-        # longer than the interval must not make every following flush carry one event.
-        room.last_flush = time.monotonic()
 
     # --- the per-connection budget -----------------------------------------------------------
 
