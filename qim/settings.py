@@ -58,6 +58,9 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # a dead node's presence entries outlive its last heartbeat.
     "auth_timeout_s": 10,
     "presence_ttl_s": 30,
+    # Ours too: how long a call's device may stay disconnected (a network switch, a
+    # reconnect) before the server ends the call for it (rtc/departures.py).
+    "rtc_disconnect_grace_s": 10,
 }
 
 
