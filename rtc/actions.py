@@ -35,10 +35,10 @@ from rtc.calls import (
     Call,
     get_call_store,
 )
+from rtc.departures import CallDepartures
 from rtc.models import CallRecord, VoipPushQuota
 from rtc.queries import access_call_parties
 from rtc.relay import notify_server_signal, notify_signal, route_to_other_party
-from rtc.departures import CallDepartures
 from rtc.ring_timer import RingTimers
 
 logger = logging.getLogger(__name__)
@@ -262,7 +262,7 @@ async def end_abandoned_call(tenant_id: int, call_id: str, user_id: str, device_
     `from_user_id` the vanished party, `from_device_id` null, payload {"reason": "disconnected"}.
     A ringing call past its deadline is missed instead. Compare-and-set, re-read when someone
     changed the call first (an accept during the grace): one winner, one record. Answers
-    whether this call ended the call."""
+    whether it was this call that ended it."""
     store = get_call_store()
     ended: Call | None = None
     for _ in range(3):  # each lost race is someone else's transition: few
