@@ -64,6 +64,9 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # the cut is exact, so the 64 KiB under that is only a margin. It must stay above one
     # event (max_custom_payload_bytes and its fields): a single event is never cut.
     "max_outbound_frame_bytes": 1024 * 1024 - 64 * 1024,
+    # Ours too: how long a call's device may stay disconnected (a network switch, a
+    # reconnect) before the server ends the call for it (rtc/departures.py).
+    "rtc_disconnect_grace_s": 10,
 }
 
 

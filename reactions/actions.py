@@ -82,11 +82,22 @@ def check_reactors(conversation: Conversation, seq: int, user_pks: Iterable[int]
     return refusals
 
 
-def _target_visible(conversation: Conversation, seq: int) -> bool:
-    """A message (not a control event) at `seq` that is neither recalled nor deleted."""
-    return MessageRecord.objects.filter(
+def _lock_target(conversation: Conversation, seq: int) -> bool:
+    """Take the target message's row lock (PostgreSQL: FOR NO KEY UPDATE, what the recall's
+    UPDATE takes) and answer whether it is a message (not a control event) neither recalled
+    nor deleted.
+
+    Lock order: the message row, then its summary row (`_locked_summary`), as the recall's
+    second step does (`qim.actions.recall.do_apply_recall`: UPDATE of the row, then the delete
+    of the aggregate). So a batch that sees the message visible keeps it so until it commits,
+    and a recall committed meanwhile is seen: it deletes what the batch wrote, or the batch
+    reads `recalled` and writes nothing. SQLite has no row locks and ignores this; there every
+    write transaction is BEGIN IMMEDIATE (qim/settings.py), so writers run one at a time anyway.
+    """
+    states = MessageRecord.objects.select_for_update(no_key=True).filter(
         conversation=conversation, conversation_seq=seq, kind=MessageRecord.MESSAGE
-    ).exclude(state__in=(MessageRecord.RECALLED, MessageRecord.DELETED)).exists()
+    ).values_list("state", flat=True)
+    return any(state not in (MessageRecord.RECALLED, MessageRecord.DELETED) for state in states)
 
 
 def _locked_summary(conversation: Conversation, seq: int) -> MessageReactionSummary:
@@ -195,7 +206,9 @@ def _apply(conversation: Conversation, summary: MessageReactionSummary, requests
 
 def do_react_batch(conversation: Conversation, seq: int, requests: list[ReactRequest]) -> list[ReactOutcome | Refused]:
     """Add or remove reactions on one message, many REACTs at once; opens its own transaction
-    and holds the summary's row lock in it.
+    and holds in it the message's row lock, then its summary's (one locked read each per
+    batch, not per REACT): a recall's second step, which takes them in the same order, runs
+    wholly before or wholly after the batch (open item 11 of docs/architecture.md, closed).
 
     The answers line up with `requests`: each is that REACT's own outcome, as if the batch had
     run one REACT after another in its order (counts and version right after it), or its own
@@ -215,7 +228,7 @@ def do_react_batch(conversation: Conversation, seq: int, requests: list[ReactReq
         member_count(conversation.pk) <= limit("reaction_detail_max_members")
     )
     with transaction.atomic():
-        if not _target_visible(conversation, seq):
+        if not _lock_target(conversation, seq):
             for i in accepted:
                 answers[i] = Refused("not_found", f"no message {seq} to react to")
         else:
@@ -227,7 +240,9 @@ def do_react_batch(conversation: Conversation, seq: int, requests: list[ReactReq
 
 
 def do_delete_reactions(conversation_id: str, conversation_seq: int) -> int:
-    """Recall or deletion of the message: its aggregate and details go, physically (§4)."""
+    """Recall or deletion of the message: its aggregate and details go, physically (§4).
+    Joins the caller's transaction, which has locked (updated) the message's row first: the
+    lock order of do_react_batch, so a batch cannot write between the state and this."""
     details, _ = MessageReaction.objects.filter(conversation_id=conversation_id, conversation_seq=conversation_seq).delete()
     summaries, _ = MessageReactionSummary.objects.filter(
         conversation_id=conversation_id, conversation_seq=conversation_seq

@@ -35,9 +35,10 @@ from rtc.calls import (
     Call,
     get_call_store,
 )
+from rtc.departures import CallDepartures
 from rtc.models import CallRecord, VoipPushQuota
 from rtc.queries import access_call_parties
-from rtc.relay import notify_server_signal, notify_signal
+from rtc.relay import notify_server_signal, notify_signal, route_to_other_party
 from rtc.ring_timer import RingTimers
 
 logger = logging.getLogger(__name__)
@@ -243,6 +244,53 @@ async def expire_ringing_call(tenant_id: int, call_id: str) -> None:
     await notify_server_signal(ended, ended.callee_id, "timeout", payload)
 
 
+def takes_part(call: Call, user_id: str, device_id: str) -> bool:
+    """Is this device in the call, so that the call cannot go on without it? The caller's
+    inviting device always; a callee device once it accepted. A ringing callee device is not:
+    the callee's other devices ring on, and a VoIP push may still wake one to answer."""
+    if user_id == call.caller_id:
+        return device_id == call.caller_device_id
+    return user_id == call.callee_id and call.state == ACCEPTED and device_id == call.callee_device_id
+
+
+async def end_abandoned_call(tenant_id: int, call_id: str, user_id: str, device_id: str, vanished_at_ms: int) -> bool:
+    """The party `user_id` lost device `device_id` (its last connection closed at
+    `vanished_at_ms` and it did not come back within rtc_disconnect_grace_s): end the call as
+    that party would have. A ringing call its caller left is `cancelled` (`cancel` to every
+    callee device); an accepted call is `completed`, lasting from accept to the disconnect
+    (`hangup` to the other party's device in the call). Both signals come from the server:
+    `from_user_id` the vanished party, `from_device_id` null, payload {"reason": "disconnected"}.
+    A ringing call past its deadline is missed instead. Compare-and-set, re-read when someone
+    changed the call first (an accept during the grace): one winner, one record. Answers
+    whether it was this call that ended it."""
+    store = get_call_store()
+    ended: Call | None = None
+    for _ in range(3):  # each lost race is someone else's transition: few
+        call = await store.get(tenant_id, call_id)
+        if call is None or not call.active or not takes_part(call, user_id, device_id):
+            return False
+        if call.state == RINGING and now_ms() >= call.ring_deadline_ms:
+            await expire_ringing_call(tenant_id, call_id)
+            return False
+        ended_at = max(vanished_at_ms, call.accepted_at_ms)  # accepted during the grace: 0 s
+        changes: dict[str, object] = {"ended_at_ms": ended_at}
+        if call.state == RINGING:
+            changes["outcome"], action = CANCELLED, CANCEL
+        else:
+            changes["outcome"], action = COMPLETED, HANGUP
+            changes["duration_s"] = max(0, round((ended_at - call.accepted_at_ms) / 1000))
+        ended = await store.transition(call, ENDED, changes)
+        if ended is not None:
+            break
+    if ended is None:
+        return False
+    ring_timers.cancel(tenant_id, call_id)
+    await in_db_thread(do_record_call)(ended)
+    to_user, device = route_to_other_party(ended, user_id)
+    await notify_server_signal(ended, to_user, action, {"reason": "disconnected"}, only=device)
+    return True
+
+
 _STEPS: dict[tuple[str, str, str], Step] = {
     (RINGING, CALLEE, RING): do_relay,
     (RINGING, CALLEE, ACCEPT): do_accept,
@@ -257,6 +305,7 @@ _STEPS: dict[tuple[str, str, str], Step] = {
 }
 
 ring_timers = RingTimers(expire_ringing_call, get_call_store)
+departures = CallDepartures(end_abandoned_call, takes_part, get_call_store, get_node)
 
 
 # --- database writes: each sync function runs in a database thread and opens its own

@@ -18,8 +18,8 @@ RINGING, ACCEPTED, ENDED = "ringing", "accepted", "ended"
 COMPLETED, MISSED, REJECTED, CANCELLED, BUSY = "completed", "missed", "rejected", "cancelled", "busy"
 
 # An active call's record (and its parties' active sets) lives this long after its last
-# transition or signal: the bound on how long a call whose clients vanished without a hangup
-# keeps its parties busy.
+# transition or signal: the last resort for a call whose clients vanished without a hangup
+# and whose node died before it could end the call for them (rtc/departures.py).
 ACTIVE_TTL_S = 3 * 3600
 # An ended call's record stays this long, so late signals get `conflict`, not `not_found`.
 ENDED_TTL_S = 3600
@@ -100,6 +100,10 @@ class CallStore(Protocol):
     async def touch(self, call: Call) -> None:
         """A signal passed on this active call: keep it (and its parties' busy marks) alive."""
 
+    async def active_calls(self, tenant_id: int, user_id: str) -> list[Call]:
+        """The user's calls that are ringing or accepted, as caller or callee (ringing ones past
+        their deadline included: they are missed, whoever has yet to notice)."""
+
     async def due_ringing(self, before_ms: int, limit: int) -> list[tuple[int, str]]:
         """(tenant, call_id) of ringing calls whose deadline is before `before_ms`: calls whose
         timer was lost with its node, for any node to finish."""
@@ -175,6 +179,10 @@ class MemoryCallStore:
         stored = self._live(call.tenant_id, call.call_id)
         if stored is not None and stored.active:
             self._put(stored)
+
+    async def active_calls(self, tenant_id: int, user_id: str) -> list[Call]:
+        calls = (self._live(tenant_id, c) for c in list(self._active.get((tenant_id, user_id), ())))
+        return [c for c in calls if c is not None and c.active]
 
     async def due_ringing(self, before_ms: int, limit: int) -> list[tuple[int, str]]:
         due = [
@@ -311,6 +319,18 @@ class RedisCallStore:
             for key in self._keys(call)[:3]:
                 pipe.pexpire(key, ttl_ms)
             await pipe.execute()
+
+    async def active_calls(self, tenant_id: int, user_id: str) -> list[Call]:
+        redis = self._redis()
+        call_ids = sorted(await redis.smembers(f"{self.ACTIVE}{tenant_id}:{user_id}"))
+        if not call_ids:
+            return []
+        async with redis.pipeline(transaction=False) as pipe:
+            for call_id in call_ids:
+                pipe.hgetall(self._call_key(tenant_id, call_id))
+            found = await pipe.execute()
+        calls = (Call.from_fields(raw) for raw in found if raw)
+        return [c for c in calls if c.active]
 
     async def due_ringing(self, before_ms: int, limit: int) -> list[tuple[int, str]]:
         members = await self._redis().zrangebyscore(self.RINGING, "-inf", f"({before_ms}", start=0, num=limit)

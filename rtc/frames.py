@@ -11,9 +11,9 @@ from qim.errors import Refused
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.node import ConnectionNode, node_message_handler
+from qim.gateway.node import ConnectionNode, node_message_handler, on_disconnect
 from qim.ratelimit import check_rate
-from rtc.actions import INVITE, Signal, check_rtc_signal, ring_timers
+from rtc.actions import INVITE, Signal, check_rtc_signal, departures, ring_timers
 from rtc.relay import DELIVER, deliver_local
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -60,3 +60,9 @@ async def on_rtc_deliver(node: ConnectionNode, message: dict[str, Any]) -> None:
     # A node that serves a party watches for orphaned ringing calls too (rtc/ring_timer.py).
     ring_timers.ensure_sweeping()
     await deliver_local(node, message)
+
+
+@on_disconnect
+async def end_calls_of_departed_device(conn: Connection) -> None:
+    """A call's device that is gone past rtc_disconnect_grace_s ends its call (rtc/departures.py)."""
+    await departures.connection_closed(conn)

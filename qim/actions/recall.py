@@ -82,6 +82,10 @@ def do_apply_recall(event: MessageRecord, *, push: UserPush | None = None) -> bo
     set, reactions deleted. Joins the caller's transaction; idempotent (False when the row was
     already recalled). Sends `push` (a new event's) after commit, or else re-issues the stored
     event's push when this call is what recalled the row (recovery)."""
+    # Lock order, shared with REACT batches (reactions.actions._lock_target): this UPDATE takes
+    # the target's row lock first, the delete below the summary's second. A batch holding the
+    # row makes us wait and its rows are then deleted; one arriving after us waits, reads
+    # `recalled` and writes nothing. Without the row lock a batch could re-create the summary.
     changed = MessageRecord.objects.filter(
         conversation_id=event.conversation_id,
         conversation_seq=event.target_conversation_seq,
@@ -98,5 +102,7 @@ def do_apply_recall(event: MessageRecord, *, push: UserPush | None = None) -> bo
 
 def delete_reactions_of(conversation_id: str, conversation_seq: int) -> int:
     """Design §4: recalling a message physically deletes its reaction details and aggregate,
-    in the caller's transaction (so a recalled row never keeps counts). Answers rows deleted."""
+    in the caller's transaction (so a recalled row never keeps counts), which must hold the
+    message's row lock already (REACT batches take it before the summary's). Answers rows
+    deleted."""
     return do_delete_reactions(conversation_id, conversation_seq)

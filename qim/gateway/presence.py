@@ -28,6 +28,9 @@ class PresenceDirectory(Protocol):
     async def online_devices(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, set[str]]:
         """user id -> device ids connected anywhere (offline users absent); decides PushTasks."""
 
+    async def device_nodes(self, tenant_id: int, user_id: str, device_id: str) -> set[str]:
+        """The nodes holding a connection of that one device (a call's device, rtc/departures.py)."""
+
     async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
         """node id -> those of `user_ids` with a connection there (offline users absent)."""
 
@@ -83,6 +86,9 @@ class MemoryPresenceDirectory:
             if devices:
                 found[user_id] = {device for _, device in devices}
         return found
+
+    async def device_nodes(self, tenant_id: int, user_id: str, device_id: str) -> set[str]:
+        return {node for node, device in self._devices.get((tenant_id, user_id), ()) if device == device_id}
 
     async def nodes_of(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, list[str]]:
         grouped: dict[str, list[str]] = defaultdict(list)
@@ -168,6 +174,10 @@ class RedisPresenceDirectory:
             if members:
                 found[user_id] = {member.split("|", 1)[1] for member in members}
         return found
+
+    async def device_nodes(self, tenant_id: int, user_id: str, device_id: str) -> set[str]:
+        (members,) = await self._live_members([_user_key(self.DEVICES, (tenant_id, user_id))])
+        return {node for node, _, device in (m.partition("|") for m in members) if device == device_id}
 
     async def _live_members(self, keys: list[str]) -> list[list[str]]:
         if not keys:

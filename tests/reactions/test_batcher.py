@@ -2,7 +2,7 @@
 that arrive while its transaction waits go in one batch, and each still gets its own answer.
 
 To make a batch happen for sure (not by luck of timing), the test holds what a REACT
-transaction needs first (SQLite's write lock; on PostgreSQL the summary's row lock), sends one
+transaction waits on (SQLite's write lock; on PostgreSQL the summary's row lock), sends one
 opener REACT, whose batch then waits on it, sends the rest, waits until the node has received
 them all (its `react_requests` counter), and lets go.
 """
@@ -30,8 +30,9 @@ async def react(client: QimClient, group: str, seq: int, key: str = "+1", action
 
 
 def first_lock_held(db: QimDatabase, group: str) -> AbstractContextManager[None]:
-    """What a REACT transaction takes first: SQLite's write lock, or on PostgreSQL the
-    message's summary row (which must exist already: react once first)."""
+    """What a REACT transaction waits on: SQLite's write lock, or on PostgreSQL the
+    message's summary row (which must exist already: react once first; the batch locks the
+    message row before it, which nothing else here holds)."""
     return lock_held(
         db, "SELECT id FROM reactions_messagereactionsummary WHERE conversation_id = %s FOR UPDATE", (group,)
     )
