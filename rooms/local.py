@@ -30,9 +30,10 @@ logger = logging.getLogger(__name__)
 # Slack so that timer and delivery jitter (up to a quarter second on a loaded 2-core machine)
 # can never squeeze rate + 1 frames into one second as the client sees them.
 RATE_SLACK = 1.25
-# Sockets a room's tick writes before it lets the loop run other work: about 1 ms of
-# direct writes on the bench machine (docs/performance.md).
-FLUSH_SLICE = 64
+# How long a room's tick writes to sockets before it lets the loop run other work (a direct
+# write is one send() of 20-60 us on loopback: a 500-member tick takes about 10 ms,
+# docs/performance.md).
+TICK_SLICE_S = 0.001
 
 
 @dataclass(eq=False)
@@ -130,11 +131,13 @@ class LocalRooms:
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
         batches = encode_batches(room.meta, events, outbound_frame_cap())
         single = batches[0].frame if len(batches) == 1 else None
-        for index, conn in enumerate(list(room.members)):
-            if index and index % FLUSH_SLICE == 0:
+        slice_ends = time.perf_counter() + TICK_SLICE_S
+        for conn in list(room.members):
+            if time.perf_counter() > slice_ends:
                 # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
                 # big room's tick, not for all of it (design C-3: isolation on one node).
                 await asyncio.sleep(0)
+                slice_ends = time.perf_counter() + TICK_SLICE_S
             if room.live_after and conn in room.live_after:
                 await self._deliver_after(conn, room, events, room.live_after.pop(conn))
             elif single is not None and room.key not in self._deferred.get(conn, ()) and self._within_budget(conn):
