@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from qimclient import QimClient
-from tests.conftest import QimDeployment, start_cluster, start_embedded
+from tests.conftest import QimDeployment
 from tests.harness.personas import Persona
-from tests.rtc.conftest import Rig
+from tests.rtc.conftest import Rig, start_either
 from tests.rtc.rtc_helpers import call_records, direct, new_call_id, next_signal, record_rows, rtc_pushes, signal
 
 GRACE_S = 2.0
@@ -24,14 +24,8 @@ DISCONNECTED = {"reason": "disconnected"}
 
 
 @pytest.fixture(scope="module", params=["embedded", "cluster"])
-def grace_deployment(request, sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
-    if request.param == "embedded":
-        deployment = start_embedded(sqlite_template, work_dir, extra_env=SHORT_GRACE)
-    else:
-        deployment = start_cluster(
-            request.getfixturevalue("postgres"), request.getfixturevalue("pg_template"),
-            request.getfixturevalue("redis_proc"), work_dir, extra_env=SHORT_GRACE,
-        )
+def grace_deployment(request: pytest.FixtureRequest, work_dir: Path) -> Iterator[QimDeployment]:
+    deployment = start_either(request, work_dir, SHORT_GRACE)
     yield deployment
     deployment.stop()
 
@@ -95,13 +89,7 @@ async def test_a_party_vanishing_mid_call_hangs_up_for_the_other_and_frees_both(
 async def test_a_caller_vanishing_while_ringing_cancels_on_every_callee_device(rig: Rig) -> None:
     alice, bob = rig.tenant.persona("alice"), rig.tenant.persona("bob")
     conversation = direct(alice, bob)
-    a = await alice.connect(rig.caller_node)
-    phone = await bob.connect(rig.callee_node, device_id="phone")
-    tablet = await bob.connect(rig.caller_node, device_id="tablet")
-    call = new_call_id()
-    await signal(a, conversation, bob, call, "invite")
-    for client in (phone, tablet):
-        assert (await next_signal(client))["action"] == "invite"
+    a, phone, tablet, call = await rig.ringing_on_two_devices(alice, bob, conversation)
     vanish(a)
 
     for client in (phone, tablet):
@@ -133,13 +121,7 @@ async def test_a_reconnect_within_the_grace_keeps_the_call(rig: Rig) -> None:
 async def test_a_ringing_callee_device_vanishing_leaves_the_call_ringing_for_the_others(rig: Rig) -> None:
     alice, bob = rig.tenant.persona("alice"), rig.tenant.persona("bob")
     conversation = direct(alice, bob)
-    a = await alice.connect(rig.caller_node)
-    phone = await bob.connect(rig.callee_node, device_id="phone")
-    tablet = await bob.connect(rig.caller_node, device_id="tablet")
-    call = new_call_id()
-    await signal(a, conversation, bob, call, "invite")
-    for client in (phone, tablet):
-        assert (await next_signal(client))["action"] == "invite"
+    a, phone, tablet, call = await rig.ringing_on_two_devices(alice, bob, conversation)
     vanish(phone)
     await asyncio.sleep(GRACE_S + 1)
     assert rtc_pushes(a) == [] and rtc_pushes(tablet) == []

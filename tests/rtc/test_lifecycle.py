@@ -121,12 +121,7 @@ async def test_the_first_device_to_accept_takes_the_call_and_the_others_get_canc
 async def test_the_caller_cancels_while_ringing(rig: Rig) -> None:
     alice, bob = rig.tenant.persona("alice"), rig.tenant.persona("bob")
     conversation = direct(alice, bob)
-    a = await alice.connect(rig.caller_node)
-    phone = await bob.connect(rig.callee_node, device_id="phone")
-    tablet = await bob.connect(rig.caller_node, device_id="tablet")
-    call = new_call_id()
-    await signal(a, conversation, bob, call, "invite")
-    await next_signal(phone), await next_signal(tablet)
+    a, phone, tablet, call = await rig.ringing_on_two_devices(alice, bob, conversation)
 
     assert (await signal(a, conversation, bob, call, "cancel"))["state"] == "cancelled"
     assert (await next_signal(phone))["action"] == "cancel"
@@ -141,12 +136,7 @@ async def test_the_caller_cancels_while_ringing(rig: Rig) -> None:
 async def test_the_callee_rejects_and_their_other_devices_stop_ringing(rig: Rig) -> None:
     alice, bob = rig.tenant.persona("alice"), rig.tenant.persona("bob")
     conversation = direct(alice, bob)
-    a = await alice.connect(rig.caller_node)
-    phone = await bob.connect(rig.callee_node, device_id="phone")
-    tablet = await bob.connect(rig.caller_node, device_id="tablet")
-    call = new_call_id()
-    await signal(a, conversation, bob, call, "invite")
-    await next_signal(phone), await next_signal(tablet)
+    a, phone, tablet, call = await rig.ringing_on_two_devices(alice, bob, conversation)
 
     assert (await signal(phone, conversation, alice, call, "reject"))["state"] == "rejected"
     rejected = await next_signal(a)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from qimclient import QimError
-from tests.conftest import QimDeployment, start_cluster, start_embedded
+from tests.conftest import QimDeployment, start_cluster
+from tests.rtc.conftest import start_either
 from tests.core.test_offline_push import push_tasks, register_push
 from tests.rtc.rtc_helpers import call_records, direct, new_call_id, next_signal, record_rows, signal, unread_of
 
@@ -19,14 +20,8 @@ SHORT_RING = {"QIM_RTC_RING_TIMEOUT_S": "1"}
 
 
 @pytest.fixture(params=["embedded", "cluster"])
-def short_ring(request, sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
-    if request.param == "embedded":
-        deployment = start_embedded(sqlite_template, work_dir, extra_env=SHORT_RING)
-    else:
-        deployment = start_cluster(
-            request.getfixturevalue("postgres"), request.getfixturevalue("pg_template"),
-            request.getfixturevalue("redis_proc"), work_dir, extra_env=SHORT_RING,
-        )
+def short_ring(request: pytest.FixtureRequest, work_dir: Path) -> Iterator[QimDeployment]:
+    deployment = start_either(request, work_dir, SHORT_RING)
     yield deployment
     deployment.stop()
 
