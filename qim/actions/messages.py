@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
+from operator import or_
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -59,9 +61,7 @@ def earlier_sends(conversation_id: str, requests: Sequence[SendRequest]) -> dict
     was used for another conversation (a retry names the same one; anything else is a client
     bug that must not pass for a delivered message). No ORDER BY: the pair is unique, and an
     ORDER BY id let PostgreSQL walk the log's primary key."""
-    wanted = Q(pk__in=[])
-    for sender_pk, client_msg_id in {request.key for request in requests}:
-        wanted |= Q(sender_id=sender_pk, client_msg_id=client_msg_id)
+    wanted = reduce(or_, (Q(sender_id=pk, client_msg_id=msg_id) for pk, msg_id in {r.key for r in requests}))
     found: dict[tuple[int, str], SendAck | Refused] = {}
     for sender_pk, client_msg_id, in_conversation, *ack in (
         MessageRecord.objects.filter(wanted).order_by().values_list(
