@@ -58,11 +58,12 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # a dead node's presence entries outlive its last heartbeat.
     "auth_timeout_s": 10,
     "presence_ttl_s": 30,
-    # The largest server-to-client frame (UTF-8 bytes of its JSON): room batches and replays
-    # are cut below it. Daphne's --websocket-max-message-size (autobahn's
-    # maxMessagePayloadSize, 1 MiB by default and in the Makefile) bounds what it sends too;
-    # the cut is exact, so the 64 KiB under that is only a margin. It must stay above one
-    # event (max_custom_payload_bytes and its fields): a single event is never cut.
+    # The largest server-to-client frame (UTF-8 bytes of its JSON): room batches and replays,
+    # SYNC_BATCH and HISTORY_BATCH are cut below it (qim/gateway/fit.py). Daphne's
+    # --websocket-max-message-size (autobahn's maxMessagePayloadSize, 1 MiB by default and in
+    # the Makefile) bounds what it sends too; the cut is exact, so the 64 KiB under that is
+    # only a margin. It must stay above one event or message (max_custom_payload_bytes and
+    # its fields): a single one is never cut.
     "max_outbound_frame_bytes": 1024 * 1024 - 64 * 1024,
     # Ours too: how long a call's device may stay disconnected (a network switch, a
     # reconnect) before the server ends the call for it (rtc/departures.py).

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("qimclient")
 
 TYPING_STATES = ("start", "stop")
+# §10: HISTORY's `limit` defaults to 50 and is held to 200.
+HISTORY_DEFAULT_LIMIT = 50
+HISTORY_MAX_LIMIT = 200
 
 
 def new_client_msg_id() -> str:
@@ -92,13 +95,31 @@ class ConversationRequests:
         after_seq: int | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """HISTORY: message objects ascending by `conversation_seq`, clipped to your membership,
-        each with the client's `render` decision."""
-        fields = {"before_seq": before_seq, "after_seq": after_seq, "limit": limit}
-        batch = await self.request(
-            "HISTORY", conversation_id=conversation_id, **{k: v for k, v in fields.items() if v is not None}
-        )
-        messages: list[dict[str, Any]] = batch.get("messages", [])
+        """HISTORY: up to `limit` message objects (§10: 50 by default, at most 200) ascending
+        by `conversation_seq`, clipped to your membership, each with the client's `render`
+        decision: the newest before `before_seq` (or the head), or the oldest after `after_seq`.
+
+        A reply cut to fit the server's frame cap holds fewer rows and says `has_more`: this
+        asks on from where it stopped (after its last row with `after_seq`, before its first
+        otherwise) until it has `limit` rows or no more exist.
+        """
+        wanted = HISTORY_DEFAULT_LIMIT if limit is None else min(limit, HISTORY_MAX_LIMIT)
+        forward = after_seq is not None
+        messages: list[dict[str, Any]] = []
+        while True:
+            fields = {"before_seq": before_seq, "after_seq": after_seq,
+                      "limit": wanted - len(messages) if messages else limit}
+            batch = await self.request(
+                "HISTORY", conversation_id=conversation_id, **{k: v for k, v in fields.items() if v is not None}
+            )
+            page: list[dict[str, Any]] = batch.get("messages", [])
+            messages = messages + page if forward else page + messages
+            if not page or batch.get("has_more") is not True or len(messages) >= wanted:
+                break
+            if forward:
+                after_seq = page[-1]["conversation_seq"]
+            else:
+                before_seq = page[0]["conversation_seq"]
         await self._render_messages(messages)
         return messages
 

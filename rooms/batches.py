@@ -4,7 +4,8 @@ Daphne's --websocket-max-message-size (autobahn's maxMessagePayloadSize) bounds 
 server sends as well as what it receives: a larger frame raises PayloadExceededError and is
 lost for that socket. Pushes are cut into several frames, each holding the next events in
 room_seq order; a replay reply carries the oldest events that fit and says `has_more`
-(protocol.md §8). A single event is never cut: the cap must stay above one event.
+(protocol.md §8). A single event is never cut: the cap must stay above one event. Fitting
+a list to a budget is shared with SYNC and HISTORY replies (qim/gateway/fit.py).
 """
 
 from __future__ import annotations
@@ -14,21 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from qim.gateway import codec
-from qim.gateway.wire import TextFrame, outbound_frame_cap
+from qim.gateway.fit import fit_items
+from qim.gateway.wire import TextFrame
 
 logger = logging.getLogger(__name__)
-
-# What a replay reply's fields other than `events` may take (room_id of 64 characters, four
-# 19-digit numbers, the truncation reason, has_more: under 400 bytes), plus the client's
-# req_id, which the writer does not see.
-REPLY_FIELDS_RESERVE = 1024
-
-
-def reply_events_budget(req_id: str | None) -> int:
-    """Bytes the events of a join or replay reply may take, so that the reply stays under the
-    cap with its other fields and the client's req_id (the writer cuts by this)."""
-    echoed = len(codec.encode_bytes(req_id)) if req_id is not None else 0
-    return outbound_frame_cap() - REPLY_FIELDS_RESERVE - echoed
 
 
 def batch_frame(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -67,19 +57,8 @@ def encode_batches(meta: dict[str, Any], events: list[dict[str, Any]], cap: int)
     batches = []
     start = 0
     while start < len(events):
-        end = start + fit_events(events[start:], budget)
+        end = start + fit_items(events[start:], budget)
         chunk = events[start:end]
         batches.append(Batch(chunk, TextFrame.of_bytes(codec.encode_bytes(batch_frame(meta, chunk)))))
         start = end
     return batches
-
-
-def fit_events(events: list[dict[str, Any]], budget: int) -> int:
-    """How many of the first `events` fit in `budget` bytes of a JSON list's items and commas;
-    at least one, so that every frame and every replay page makes progress."""
-    used = 0
-    for count, event in enumerate(events):
-        used += len(codec.encode_bytes(event)) + (1 if count else 0)
-        if used > budget:
-            return max(1, count)
-    return len(events)

@@ -14,8 +14,8 @@ from qim.frames.messaging import check_payload
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
+from qim.gateway.fit import reply_items_budget
 from qim.gateway.node import on_disconnect
-from rooms.batches import reply_events_budget
 from rooms.local import LocalRoom
 from rooms.queries import access_room
 from rooms.service import get_room_service, room_key
@@ -84,7 +84,7 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
         body = await service.call_writer(
             key, "room.join",
             {"node": service.node.node_id, "count": room.count, "after": frame.after_room_seq,
-             "max_bytes": reply_events_budget(frame.req_id)},
+             "max_bytes": reply_items_budget(frame.req_id)},
         )
     except Exception:
         room.joining.pop(conn, None)
@@ -150,6 +150,6 @@ async def handle_room_replay(conn: Connection, frame: RoomReplay) -> dict:
     joined_room(conn, frame.room_id)
     body = await get_room_service().call_writer(
         room_key(conn.tenant_id, frame.room_id), "room.replay",
-        {"after": frame.after_room_seq, "max_bytes": reply_events_budget(frame.req_id)},
+        {"after": frame.after_room_seq, "max_bytes": reply_items_budget(frame.req_id)},
     )
     return batch_reply(body)

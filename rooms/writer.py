@@ -18,7 +18,7 @@ from ulid import ULID
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.faults import fault_point
-from rooms.batches import fit_events
+from qim.gateway.fit import fit_items
 from rooms.ring import Replay, RoomRing
 
 
@@ -88,7 +88,7 @@ class RoomWriter:
         outcome = self.ring.replay(after_room_seq) if after_room_seq is not None else Replay([], False)
         events = outcome.events
         if max_bytes is not None:
-            events = events[: fit_events(events, max_bytes)]
+            events = events[: fit_items(events, max_bytes)]
         body = {
             **self.head(), "events": events, "replay_truncated": outcome.truncated,
             "has_more": len(events) < len(outcome.events),

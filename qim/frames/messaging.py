@@ -23,10 +23,12 @@ from qim.errors import Refused
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
+from qim.gateway.fit import reply_items_budget
 from qim.gateway.node import get_node
 from qim.models import new_ulid
 from qim.notify import UserPush
 from qim.queries.conversations import (
+    HistoryPage,
     access_conversation,
     access_member_intervals,
     conversation_list,
@@ -147,10 +149,14 @@ def other_members(conn: Connection, conversation_id: str) -> list[str]:
 
 @frame_handler("SYNC", Sync)
 async def handle_sync(conn: Connection, frame: Sync) -> dict:
-    page = await in_db_thread(sync_page)(conn.user_pk, conn.device_id, frame.after_mailbox_seq, frame.limit)
+    """A page of the mailbox after the cursor, under the outbound frame cap with its req_id
+    (cut by size: `has_more`, the cursor at the last event sent)."""
+    page = await in_db_thread(sync_page)(
+        conn.user_pk, conn.device_id, frame.after_mailbox_seq, frame.limit, max_bytes=reply_items_budget(frame.req_id)
+    )
     return {
         "type": "SYNC_BATCH",
-        "events": page.events,
+        "events": page.events_json,
         "next_mailbox_seq": page.next_mailbox_seq,
         "has_more": page.has_more,
     }
@@ -158,15 +164,25 @@ async def handle_sync(conn: Connection, frame: Sync) -> dict:
 
 @frame_handler("HISTORY", History)
 async def handle_history(conn: Connection, frame: History) -> dict:
-    def read() -> list[dict]:
+    """A page of the timeline under the outbound frame cap with its req_id; `has_more` when
+    rows beyond it exist in the direction of paging (protocol.md §6.3)."""
+    max_bytes = reply_items_budget(frame.req_id)
+
+    def read() -> HistoryPage:
         conversation = access_conversation(conn.tenant_id, frame.conversation_id)
         intervals = access_member_intervals(conversation, conn.user_pk)
         return history(
-            conversation, intervals, before_seq=frame.before_seq, after_seq=frame.after_seq, limit=frame.limit
+            conversation, intervals,
+            before_seq=frame.before_seq, after_seq=frame.after_seq, limit=frame.limit, max_bytes=max_bytes,
         )
 
-    messages = await in_db_thread(read)()
-    return {"type": "HISTORY_BATCH", "conversation_id": frame.conversation_id, "messages": messages}
+    page = await in_db_thread(read)()
+    return {
+        "type": "HISTORY_BATCH",
+        "conversation_id": frame.conversation_id,
+        "messages": page.messages_json,
+        "has_more": page.has_more,
+    }
 
 
 @frame_handler("CONVERSATIONS", Conversations)

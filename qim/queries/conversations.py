@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from django.db.models import Q
 
 from qim.errors import Refused
+from qim.gateway.fit import fit_list
 from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User
 from qim.render import message_object
 
@@ -72,6 +74,14 @@ def visible_head(conversation: Conversation, intervals: list[MembershipInterval]
     return min(conversation.last_seq, last.left_at - 1)
 
 
+@dataclass(frozen=True)
+class HistoryPage:
+    messages: list[dict[str, Any]]
+    # The JSON list of `messages`, encoded once while measuring it (qim/gateway/fit.py).
+    messages_json: msgspec.Raw
+    has_more: bool
+
+
 def history(
     conversation: Conversation,
     intervals: list[MembershipInterval],
@@ -79,9 +89,17 @@ def history(
     before_seq: int | None,
     after_seq: int | None,
     limit: int | None,
-) -> list[dict[str, Any]]:
-    """Timeline rows ascending by seq; before/after are exclusive. Without `after_seq` the
-    page is the newest `limit` rows before `before_seq` (or the head)."""
+    max_bytes: int,
+) -> HistoryPage:
+    """Timeline rows ascending by seq; before/after are exclusive. With `after_seq` the page
+    is the oldest `limit` rows after it (and before `before_seq`); without, the newest `limit`
+    rows before `before_seq` (or the head).
+
+    The rows' JSON takes at most `max_bytes` (one row at least, whatever its size): a page cut
+    by size keeps the rows next to the cursor it pages from, the oldest after `after_seq`, the
+    newest otherwise. `has_more` says that rows beyond the page exist in that direction,
+    whether the limit or the size left them out.
+    """
     limit = min(max(1, limit or HISTORY_DEFAULT_LIMIT), HISTORY_MAX_LIMIT)
     rows = MessageRecord.objects.filter(
         visible_seqs(intervals), conversation=conversation, timeline_visible=True
@@ -89,13 +107,20 @@ def history(
     if before_seq is not None:
         rows = rows.filter(conversation_seq__lt=before_seq)
     if after_seq is not None:
-        page = list(rows.filter(conversation_seq__gt=after_seq).order_by("conversation_seq")[:limit])
+        page = list(rows.filter(conversation_seq__gt=after_seq).order_by("conversation_seq")[: limit + 1])
+        has_more, page = len(page) > limit, page[:limit]
     else:
-        page = list(rows.order_by("-conversation_seq")[:limit])[::-1]
+        page = list(rows.order_by("-conversation_seq")[: limit + 1])
+        has_more, page = len(page) > limit, page[:limit][::-1]
     # The reader's own intervals: they name the viewer, whose own messages carry deadlines.
     viewer = intervals[0].user_id if intervals else None
-    messages = [message_object(record, conversation, viewer_user_pk=viewer) for record in page]
-    # Reactions ride along (protocol.md §5): one query for the whole page.
+    messages = _with_reactions(conversation, [message_object(r, conversation, viewer_user_pk=viewer) for r in page])
+    fitted = fit_list(messages, max_bytes, keep_last=after_seq is None)
+    return HistoryPage(fitted.items, fitted.json, has_more or len(fitted.items) < len(messages))
+
+
+def _with_reactions(conversation: Conversation, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Reactions ride along (protocol.md §5): one query for the whole page."""
     from reactions.queries import summaries_for
 
     summaries = summaries_for(conversation.pk, [m["conversation_seq"] for m in messages])

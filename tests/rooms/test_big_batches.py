@@ -5,16 +5,14 @@ frames that each fit the cap, and the per-connection frame rate holds."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import websockets
 
 from tests.conftest import QimDeployment, start_embedded
+from tests.harness.capped import CappedReader
 from tests.harness.personas import Persona, TenantHandle
 from tests.rooms.room_helpers import create_room, join, room_send
 
@@ -41,50 +39,12 @@ async def tenant(capped: QimDeployment) -> AsyncIterator[TenantHandle]:
     await handle.close_clients()
 
 
-@dataclass
-class CappedReader:
-    """A client that cannot take a message over the cap (websockets closes with 1009), and
-    records each frame's exact size and arrival time (read as it comes, in a task)."""
-
-    ws: Any
-    cap: int
-    frames: list[tuple[float, int, dict]] = field(default_factory=list)
-    inbox: asyncio.Queue = field(default_factory=asyncio.Queue)
-    task: asyncio.Task | None = None
+class RoomReader(CappedReader):
+    """A capped reader of room pushes (tests/harness/capped.py)."""
 
     @classmethod
-    async def open(cls, persona: Persona, cap: int = CAP) -> "CappedReader":
-        ws = await websockets.connect(persona.tenant.node.ws_url, max_size=cap, compression=None)
-        reader = cls(ws, cap)
-        reader.task = asyncio.create_task(reader._read())
-        await reader.send({"type": "AUTH", "token": persona.token(), "device_id": "phone"})
-        auth_ok = await reader.recv()
-        assert (auth_ok["type"], auth_ok["limits"]["max_outbound_frame_bytes"]) == ("AUTH_OK", cap)
-        return reader
-
-    async def _read(self) -> None:
-        async for text in self.ws:  # ends with the connection; a frame over the cap ends it
-            frame = json.loads(text)
-            self.frames.append((time.monotonic(), len(text.encode()), frame))
-            self.inbox.put_nowait(frame)
-
-    async def close(self) -> None:
-        await self.ws.close()
-        if self.task is not None:
-            await self.task
-
-    async def send(self, frame: dict) -> None:
-        await self.ws.send(json.dumps(frame))
-
-    async def recv(self, timeout: float = 10.0) -> dict:
-        return await asyncio.wait_for(self.inbox.get(), timeout)
-
-    async def request(self, frame: dict) -> dict:
-        await self.send(frame)
-        while True:
-            reply = await self.recv()
-            if reply.get("req_id") == frame["req_id"]:
-                return reply
+    async def open(cls, persona: Persona, cap: int = CAP, device_id: str = "phone") -> "RoomReader":
+        return await super().open(persona, cap, device_id)
 
     async def room_events(self, want: dict[str, int], timeout: float = 30.0) -> dict[str, list[dict]]:
         """Pushed events per room until each room has its `want`."""
@@ -96,17 +56,11 @@ class CappedReader:
             got[frame["room_id"]] += frame["events"]
         return got
 
-    async def assert_nothing_more(self, seconds: float = 0.5) -> None:
-        with pytest.raises((TimeoutError, asyncio.TimeoutError)):
-            extra = await self.recv(seconds)
-            pytest.fail(f"unexpected frame: {[(k, v) for k, v in extra.items() if k != 'events']} {[e['room_seq'] & 0xffff for e in extra['events']] if 'events' in extra else ''}")
-        assert self.ws.close_code is None, f"closed: {self.ws.close_code} {self.ws.close_reason}"
-
     def pushes(self) -> list[tuple[float, int, dict]]:
         return [(t, size, f) for t, size, f in self.frames if f["type"] == "ROOM_BATCH" and "req_id" not in f]
 
     def assert_under_cap_and_rate(self) -> None:
-        assert all(size <= self.cap for _, size, _ in self.frames), max(size for _, size, _ in self.frames)
+        self.assert_under_cap()
         times = [t for t, _, _ in self.pushes()]
         worst = max(sum(1 for u in times if t <= u < t + 1.0) for t in times)
         assert worst <= FRAME_RATE, f"{worst} ROOM_BATCH frames in one second"
@@ -125,7 +79,7 @@ async def test_live_fan_out_is_cut_into_frames_under_the_cap(tenant: TenantHandl
     room = create_room(sender)
     s = await sender.connect()
     await join(s, room)
-    readers = [await CappedReader.open(tenant.persona(f"reader{i}")) for i in range(2)]
+    readers = [await RoomReader.open(tenant.persona(f"reader{i}")) for i in range(2)]
     for i, reader in enumerate(readers):
         assert (await reader.request({"type": "ROOM_JOIN", "req_id": f"j{i}", "room_id": room}))["events"] == []
 
@@ -144,7 +98,7 @@ async def test_deferred_frames_of_several_rooms_are_cut_and_keep_their_order(ten
     sender = tenant.persona("sender")
     rooms = [create_room(sender) for _ in range(3)]
     s = await sender.connect()
-    reader = await CappedReader.open(tenant.persona("reader"))
+    reader = await RoomReader.open(tenant.persona("reader"))
     for i, room in enumerate(rooms):
         await join(s, room)
         await reader.request({"type": "ROOM_JOIN", "req_id": f"j{i}", "room_id": room})
@@ -168,7 +122,7 @@ async def test_a_replay_too_large_for_one_frame_pages_with_has_more(tenant: Tena
     s = await sender.connect()
     await join(s, room)
     acks = await send_big(s, room, SENT)
-    reader = await CappedReader.open(tenant.persona("latecomer"))
+    reader = await RoomReader.open(tenant.persona("latecomer"))
 
     # A join from the beginning: the oldest events that fit, and has_more.
     joined = await reader.request({"type": "ROOM_JOIN", "req_id": "j", "room_id": room, "after_room_seq": 0})
@@ -232,7 +186,7 @@ async def test_a_cap_set_above_daphnes_limit_is_held_to_it(cap_over_daphne: QimD
     await join(s, room)
     acks = await send_big(s, room, SENT)  # 1.2 MB: more than daphne's 1 MiB (the test nodes')
     daphne_limit = 1 << 20
-    reader = await CappedReader.open(tenant.persona("reader"), cap=daphne_limit)
+    reader = await RoomReader.open(tenant.persona("reader"), cap=daphne_limit)
     joined = await reader.request({"type": "ROOM_JOIN", "req_id": "j", "room_id": room, "after_room_seq": 0})
     assert joined["has_more"] is True and len(joined["events"]) > SENT // 2
     rest = await reader.request({"type": "ROOM_REPLAY", "req_id": "r", "room_id": room,

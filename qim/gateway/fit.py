@@ -1,0 +1,74 @@
+"""A reply's list of JSON items cut to a byte budget, so that the frame stays under the cap.
+
+Daphne's --websocket-max-message-size (autobahn's maxMessagePayloadSize) bounds what the
+server sends as well as what it receives: a larger frame raises PayloadExceededError and is
+lost for that socket (`qim.gateway.wire.outbound_frame_cap`). Replies whose list can grow
+past it (ROOM_BATCH, SYNC_BATCH, HISTORY_BATCH) carry the items that fit and say `has_more`.
+A single item is never cut: every reply holds at least one, so that paging makes progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from qim.gateway import codec
+from qim.gateway.wire import outbound_frame_cap
+
+T = TypeVar("T")
+
+# What a reply's fields other than its list may take: ROOM_BATCH's room_id of 64 characters,
+# four 19-digit numbers, the truncation reason and has_more; SYNC_BATCH's cursor and
+# has_more; HISTORY_BATCH's conversation_id and has_more; each under 400 bytes with the list's
+# brackets. The client's req_id comes on top (reply_items_budget).
+REPLY_FIELDS_RESERVE = 1024
+
+
+def reply_items_budget(req_id: str | None) -> int:
+    """Bytes a reply's list (its items and commas) may take, so that the reply stays under the
+    cap with its other fields and the client's echoed req_id."""
+    echoed = len(codec.encode_bytes(req_id)) if req_id is not None else 0
+    return outbound_frame_cap() - REPLY_FIELDS_RESERVE - echoed
+
+
+@dataclass(frozen=True, slots=True)
+class FittedList(Generic[T]):
+    """The items kept, in their order, and their JSON list, ready to splice into a reply."""
+
+    items: list[T]
+    json: msgspec.Raw
+
+
+def fit_list(items: list[T], budget: int, *, keep_last: bool = False) -> FittedList[T]:
+    """The first `items` (the last ones with `keep_last`) whose JSON items and commas fit in
+    `budget` bytes; at least one.
+
+    The list is encoded once, and that is all when it fits (the usual case: the reply splices
+    these bytes in, so no item is encoded twice); only a list over the budget is measured item
+    by item.
+    """
+    data = codec.encode_bytes(items)
+    if len(data) - 2 <= budget or len(items) <= 1:
+        return FittedList(items, msgspec.Raw(data))
+    parts: list[bytes] = []
+    used = -1  # n items take n - 1 commas
+    for item in reversed(items) if keep_last else items:
+        part = codec.encode_bytes(item)
+        used += len(part) + 1
+        if used > budget and parts:
+            break
+        parts.append(part)
+    if keep_last:
+        parts.reverse()
+        kept = items[len(items) - len(parts):]
+    else:
+        kept = items[: len(parts)]
+    return FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]"))
+
+
+def fit_items(items: list[Any], budget: int) -> int:
+    """How many of the first `items` fit in `budget` bytes of a JSON list's items and commas;
+    at least one, so that every frame and every replay page makes progress."""
+    return len(fit_list(items, budget).items)
