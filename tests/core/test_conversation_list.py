@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from qim.actions.accounts import do_create_user
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
@@ -150,3 +151,16 @@ def test_a_cursor_outside_the_readers_list_is_refused_as_bad_frame() -> None:
         with pytest.raises(Refused) as refused:
             conversation_page(cast.bob, before=ListCursor(HUGE, conversation_id), max_bytes=HUGE)
         assert refused.value.code == "bad_frame"
+
+
+def test_the_list_takes_the_same_few_queries_for_three_conversations_or_thirty() -> None:
+    cast, carol = busy_cast()  # bob is in 8, three clipped (a leave, a rejoin, a removal)
+    conversation_page(cast.bob, max_bytes=HUGE)  # the registry's cache is warm
+    with CaptureQueriesContext(connection) as few:
+        conversation_page(cast.bob, max_bytes=HUGE)
+    for n in range(30):
+        send_text(cast.alice, group(cast.alice, cast.bob, title=f"more {n}"), f"m{n}")
+    with CaptureQueriesContext(connection) as many:
+        assert len(conversation_page(cast.bob, max_bytes=HUGE).items) == 38
+    # Intervals with unread; the clipped activity; one preview read per CHUNK items.
+    assert len(few) == len(many) == 3, [q["sql"] for q in many.captured_queries]
