@@ -137,9 +137,9 @@ class ConversationRequests:
         seen = {item["conversation_id"] for item in merged.get("items", [])}
         while page.get("has_more") is True and page.get("next_before"):
             page = await self.request("CONVERSATIONS", before=page["next_before"])
-            fresh = [item for item in page.get("items", []) if item["conversation_id"] not in seen]
             if not page.get("items"):
                 break
+            fresh = [item for item in page["items"] if item["conversation_id"] not in seen]
             seen.update(item["conversation_id"] for item in fresh)
             merged["items"] = merged["items"] + fresh
         merged["has_more"] = False

@@ -97,6 +97,10 @@ def conversation_page(
     The order comes from set-based reads (the conversation rows' activity columns, one query
     for the few conversations whose activity the reader's intervals clip); previews are read
     only for the items of the page. `bad_frame` for a cursor naming no conversation of the list.
+
+    The order moves while a client pages: a conversation with new activity jumps to the top, so
+    one not yet listed can be skipped; one is listed twice only if its activity time went back
+    (nodes' clocks disagreeing). Clients ask for the first page again on the EVENT that moved it.
     """
     entries = _entries(user)
     ordered = sorted(entries.values(), key=_Entry.key, reverse=True)
