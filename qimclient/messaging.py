@@ -124,8 +124,27 @@ class ConversationRequests:
         return messages
 
     async def conversations(self) -> Frame:
-        """CONVERSATIONS: the whole `CONVERSATION_LIST {items, badge}` frame."""
-        return await self.request("CONVERSATIONS")
+        """CONVERSATIONS: the whole list as one `CONVERSATION_LIST {items, badge, has_more}`
+        frame, newest activity first.
+
+        A reply cut to fit the server's frame cap says `has_more` with `next_before`: this asks
+        on from there and joins the pages' items (`badge` is the first page's, the whole list's
+        total). A conversation whose activity moves it up while the pages are read can be left
+        out; one already listed is not repeated. The next EVENT tells you to ask again anyway.
+        """
+        merged = await self.request("CONVERSATIONS")
+        page = merged
+        seen = {item["conversation_id"] for item in merged.get("items", [])}
+        while page.get("has_more") is True and page.get("next_before"):
+            page = await self.request("CONVERSATIONS", before=page["next_before"])
+            if not page.get("items"):
+                break
+            fresh = [item for item in page["items"] if item["conversation_id"] not in seen]
+            seen.update(item["conversation_id"] for item in fresh)
+            merged["items"] = merged["items"] + fresh
+        merged["has_more"] = False
+        merged.pop("next_before", None)
+        return merged
 
     async def typing(self, conversation_id: str, state: str = "start") -> None:
         """TYPING `start` or `stop`; no reply (a refusal arrives as an ERROR push)."""

@@ -31,11 +31,11 @@ from qim.queries.conversations import (
     HistoryPage,
     access_conversation,
     access_member_intervals,
-    conversation_list,
     current_members,
     history,
     require_current_member,
 )
+from qim.queries.conversation_list import ListCursor, conversation_page
 from qim.queries.mailbox import sync_page
 from qim.ratelimit import check_rate, take_rate
 
@@ -71,7 +71,16 @@ class History(msgspec.Struct):
     type: str = "HISTORY"
 
 
+class Before(msgspec.Struct):
+    """A CONVERSATION_LIST position, exclusive: a previous page's `next_before`."""
+
+    last_activity_ms: Annotated[int, msgspec.Meta(ge=0)]
+    conversation_id: Id
+
+
 class Conversations(msgspec.Struct):
+    before: Before | None = None
+    limit: Limit | None = None
     req_id: str | None = None
     type: str = "CONVERSATIONS"
 
@@ -187,8 +196,18 @@ async def handle_history(conn: Connection, frame: History) -> dict:
 
 @frame_handler("CONVERSATIONS", Conversations)
 async def handle_conversations(conn: Connection, frame: Conversations) -> dict:
-    items, badge = await in_db_thread(conversation_list)(conn.user)
-    return {"type": "CONVERSATION_LIST", "items": [item.frame() for item in items], "badge": badge}
+    """A page of the list, newest activity first, after `before`, under the outbound frame cap
+    with its req_id; `badge` is the whole list's (protocol.md §6.4). Without `before` and
+    `limit`, the whole list when it fits, as before paging existed."""
+    before = ListCursor(frame.before.last_activity_ms, frame.before.conversation_id) if frame.before else None
+    page = await in_db_thread(conversation_page)(
+        conn.user, before=before, limit=frame.limit, max_bytes=reply_items_budget(frame.req_id)
+    )
+    reply = {"type": "CONVERSATION_LIST", "items": page.items_json, "badge": page.badge, "has_more": page.has_more}
+    cursor = page.next_before()
+    if cursor is not None:
+        reply["next_before"] = cursor.frame()
+    return reply
 
 
 @frame_handler("TYPING", Typing)

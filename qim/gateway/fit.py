@@ -3,13 +3,14 @@
 Daphne's --websocket-max-message-size (autobahn's maxMessagePayloadSize) bounds what the
 server sends as well as what it receives: a larger frame raises PayloadExceededError and is
 lost for that socket (`qim.gateway.wire.outbound_frame_cap`). Replies whose list can grow
-past it (ROOM_BATCH, SYNC_BATCH, HISTORY_BATCH) carry the items that fit and say `has_more`.
+past it (ROOM_BATCH, SYNC_BATCH, HISTORY_BATCH, CONVERSATION_LIST) carry the items that fit and say `has_more`.
 A single item is never cut: every reply holds at least one, so that paging makes progress.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -21,8 +22,8 @@ T = TypeVar("T")
 
 # What a reply's fields other than its list may take: ROOM_BATCH's room_id of 64 characters,
 # four 19-digit numbers, the truncation reason and has_more; SYNC_BATCH's cursor and
-# has_more; HISTORY_BATCH's conversation_id and has_more; each under 400 bytes with the list's
-# brackets. The client's req_id comes on top (reply_items_budget).
+# has_more; HISTORY_BATCH's conversation_id and has_more; CONVERSATION_LIST's badge, has_more
+# and next_before (a 64-character id); each under 400 bytes with the list's brackets. The client's req_id comes on top (reply_items_budget).
 REPLY_FIELDS_RESERVE = 1024
 
 
@@ -66,6 +67,36 @@ def fit_list(items: list[T], budget: int, *, keep_last: bool = False) -> FittedL
     else:
         kept = items[: len(parts)]
     return FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]"))
+
+
+def fit_chunks(chunks: Iterable[list[T]], budget: int) -> tuple[FittedList[T], bool]:
+    """fit_list over items made a chunk at a time (CONVERSATION_LIST builds each item with
+    queries): the next chunk is asked for only while the budget holds, so items past the page
+    are never made. Answers the fitted list and whether the budget left items out.
+
+    A chunk that fits is encoded once, as fit_list does; only the chunk that goes over is
+    measured item by item.
+    """
+    kept: list[T] = []
+    parts: list[bytes] = []
+    used = -1  # n items take n - 1 commas
+    for chunk in chunks:
+        if not chunk:
+            continue
+        data = codec.encode_bytes(chunk)
+        if used + len(data) - 1 <= budget or not kept and len(chunk) == 1:
+            kept += chunk
+            parts.append(data[1:-1])
+            used += len(data) - 1
+            continue
+        for item in chunk:
+            part = codec.encode_bytes(item)
+            if used + len(part) + 1 > budget and kept:
+                return FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]")), True
+            kept.append(item)
+            parts.append(part)
+            used += len(part) + 1
+    return FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]")), False
 
 
 def fit_items(items: list[Any], budget: int) -> int:

@@ -10,7 +10,7 @@ from django.db.models import Q
 
 from qim.errors import Refused
 from qim.gateway.fit import fit_list
-from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User
+from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor
 from qim.render import message_object
 
 HISTORY_DEFAULT_LIMIT = 50
@@ -150,58 +150,3 @@ def unread_count(conversation: Conversation, user_pk: int, intervals: list[Membe
         .exclude(sender_id=user_pk)
         .count()
     )
-
-
-@dataclass(frozen=True)
-class ListItem:
-    conversation_id: str
-    kind: str
-    title: str
-    last_seq: int
-    last_activity_ms: int
-    preview: str
-    unread: int
-    member: bool
-
-    def frame(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-
-def _last_activity(conversation: Conversation, intervals: list[MembershipInterval]) -> MessageRecord | None:
-    """The newest affects_session_order row the reader can see (anchor_target events never
-    count, so two recalls in a row leave this alone)."""
-    return (
-        MessageRecord.objects.filter(
-            visible_seqs(intervals), conversation=conversation, affects_session_order=True
-        )
-        .select_related("sender")
-        .order_by("-conversation_seq")
-        .first()
-    )
-
-
-def conversation_list(user: User) -> tuple[list[ListItem], int]:
-    """Every conversation the user is or was in, newest activity first, and the badge."""
-    intervals_by_conversation: dict[str, list[MembershipInterval]] = {}
-    for interval in MembershipInterval.objects.filter(user=user).order_by("joined_at"):
-        intervals_by_conversation.setdefault(interval.conversation_id, []).append(interval)
-    conversations = Conversation.objects.filter(pk__in=list(intervals_by_conversation), tenant_id=user.tenant_id)
-    items = []
-    for conversation in conversations:
-        intervals = intervals_by_conversation[conversation.pk]
-        latest = _last_activity(conversation, intervals)
-        preview = message_object(latest, conversation)["preview"] if latest else ""
-        items.append(
-            ListItem(
-                conversation_id=conversation.pk,
-                kind=conversation.kind,
-                title=conversation.title,
-                last_seq=visible_head(conversation, intervals),
-                last_activity_ms=latest.sent_at_ms if latest else 0,
-                preview=preview,
-                unread=unread_count(conversation, user.pk, intervals),
-                member=intervals[-1].left_at is None,
-            )
-        )
-    items.sort(key=lambda item: (item.last_activity_ms, item.conversation_id), reverse=True)
-    return items, sum(item.unread for item in items)
