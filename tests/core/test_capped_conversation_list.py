@@ -6,12 +6,10 @@ the cap."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import pytest
 
 from qimclient import QimError
-from tests.conftest import QimDeployment, start_embedded
+from tests.conftest import QimDeployment
 from tests.core.conversation_helpers import create_group, send_text
 from tests.harness.capped import CappedReader
 from tests.harness.personas import Persona, TenantHandle
@@ -20,22 +18,6 @@ CAP = 8 * 1024  # about a dozen of these items a frame: GROUPS of them need five
 GROUPS = 60
 LONG_REQ_ID = "r" * 1500  # echoed in the reply: the page still fits
 ITEM_KEYS = {"conversation_id", "kind", "title", "last_seq", "last_activity_ms", "preview", "unread", "member"}
-
-
-@pytest.fixture(scope="module")
-def capped(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
-    deployment = start_embedded(sqlite_template, work_dir, extra_env={
-        "QIM_MAX_OUTBOUND_FRAME_BYTES": str(CAP), "QIM_PER_USER_MSG_RATE": "1000",
-    })
-    yield deployment
-    deployment.stop()
-
-
-@pytest.fixture
-async def tenant(capped: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = capped.tenants["acme"]
-    yield handle
-    await handle.close_clients()
 
 
 async def busy_bob(tenant: TenantHandle) -> tuple[Persona, list[str]]:

@@ -5,12 +5,9 @@ size is the cap."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import pytest
 
 from qimclient import QimClient
-from tests.conftest import QimDeployment, start_embedded
 from tests.core.conversation_helpers import create_group, send_text
 from tests.harness.capped import CappedReader, summary
 from tests.harness.personas import TenantHandle
@@ -19,22 +16,6 @@ CAP = 128 * 1024  # four 30 kB messages a frame: 40 of them need ten pages
 BIG = 30_000
 SENT = 40
 LONG_REQ_ID = "r" * 2000  # echoed in the reply: the page still fits
-
-
-@pytest.fixture(scope="module")
-def capped(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
-    deployment = start_embedded(sqlite_template, work_dir, extra_env={
-        "QIM_MAX_OUTBOUND_FRAME_BYTES": str(CAP), "QIM_PER_USER_MSG_RATE": "1000",
-    })
-    yield deployment
-    deployment.stop()
-
-
-@pytest.fixture
-async def tenant(capped: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = capped.tenants["acme"]
-    yield handle
-    await handle.close_clients()
 
 
 def text_of(n: int) -> str:
