@@ -14,14 +14,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from qim.gateway import codec
-from qim.gateway.fit import fit_items
+from qim.gateway.fit import split_list
 from qim.gateway.wire import TextFrame
 
 logger = logging.getLogger(__name__)
 
 
-def batch_frame(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+def batch_frame(meta: dict[str, Any], events: list[dict[str, Any]] | msgspec.Raw) -> dict[str, Any]:
     """A pushed ROOM_BATCH (no req_id) of `events` under the room head in `meta`."""
     return {
         "type": "ROOM_BATCH",
@@ -54,11 +56,8 @@ def encode_batches(meta: dict[str, Any], events: list[dict[str, Any]], cap: int)
             logger.warning("one room event of %d bytes is over the frame cap %d", len(data), cap)
         return [Batch(events, TextFrame.of_bytes(data))]
     budget = cap - len(codec.encode_bytes(batch_frame(meta, [])))
-    batches = []
-    start = 0
-    while start < len(events):
-        end = start + fit_items(events[start:], budget)
-        chunk = events[start:end]
-        batches.append(Batch(chunk, TextFrame.of_bytes(codec.encode_bytes(batch_frame(meta, chunk)))))
-        start = end
-    return batches
+    # Each event encoded once more, and each frame spliced from those bytes.
+    return [
+        Batch(piece.items, TextFrame.of_bytes(codec.encode_bytes(batch_frame(meta, piece.json))))
+        for piece in split_list(events, budget)
+    ]

@@ -18,7 +18,7 @@ from ulid import ULID
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.faults import fault_point
-from qim.gateway.fit import fit_items
+from qim.gateway.fit import fit_list
 from rooms.ring import Replay, RoomRing
 
 
@@ -88,7 +88,7 @@ class RoomWriter:
         outcome = self.ring.replay(after_room_seq) if after_room_seq is not None else Replay([], False)
         events = outcome.events
         if max_bytes is not None:
-            events = events[: fit_items(events, max_bytes)]
+            events = fit_list(events, max_bytes).items
         body = {
             **self.head(), "events": events, "replay_truncated": outcome.truncated,
             "has_more": len(events) < len(outcome.events),

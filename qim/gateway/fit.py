@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -99,7 +99,22 @@ def fit_chunks(chunks: Iterable[list[T]], budget: int) -> tuple[FittedList[T], b
     return FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]")), False
 
 
-def fit_items(items: list[Any], budget: int) -> int:
-    """How many of the first `items` fit in `budget` bytes of a JSON list's items and commas;
-    at least one, so that every frame and every replay page makes progress."""
-    return len(fit_list(items, budget).items)
+def split_list(items: list[T], budget: int) -> list[FittedList[T]]:
+    """`items` as consecutive lists whose JSON items and commas each fit in `budget` bytes (at
+    least one item each), every item encoded once: for pushes that go out as several frames."""
+    pieces: list[FittedList[T]] = []
+    kept: list[T] = []
+    parts: list[bytes] = []
+    used = -1  # n items take n - 1 commas
+    for item in items:
+        part = codec.encode_bytes(item)
+        if kept and used + len(part) + 1 > budget:
+            pieces.append(FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]")))
+            kept, parts, used = [], [], -1
+        kept.append(item)
+        parts.append(part)
+        used += len(part) + 1
+    if kept:
+        pieces.append(FittedList(kept, msgspec.Raw(b"[" + b",".join(parts) + b"]")))
+    return pieces
+
