@@ -25,6 +25,13 @@ def _chunks(items: Sequence[int]) -> Iterable[Sequence[int]]:
         yield items[start : start + _CHUNK]
 
 
+def _pg_int_array(values: Iterable[int]) -> str:
+    """A PostgreSQL array literal of integers, bound as one text parameter and cast in SQL
+    (`%s::bigint[]`): psycopg dumps a Python list element by element in Python, 1-2 ms for
+    a thousand ids, a sixth of a SEND to 1 000 members (docs/performance.md)."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
 def _heads_sql(chunk: Sequence[int], by: int) -> tuple[str, list]:
     """An upsert ... RETURNING (user pk, new mailbox_head): each user of `chunk` takes `by`
     seqs, the head rows made on first use.
@@ -43,7 +50,7 @@ def _heads_sql(chunk: Sequence[int], by: int) -> tuple[str, list]:
             f"INSERT INTO {table} (user_id, mailbox_head) SELECT user_id, {int(by)} "
             f"FROM unnest(%s::bigint[]) AS ids (user_id) ORDER BY user_id {upsert}"
         )
-        return sql, [list(chunk)]
+        return sql, [_pg_int_array(chunk)]
     rows = ",".join([f"(%s, {int(by)})"] * len(chunk))
     return f"INSERT INTO {table} (user_id, mailbox_head) VALUES {rows} {upsert}", list(chunk)
 
@@ -52,7 +59,7 @@ def _id_among(column: str, ids: Sequence[int]) -> tuple[str, list]:
     """`column` is one of `ids`: on PostgreSQL one array parameter (psycopg binds a thousand
     separate ids on the client, a few ms per statement), on SQLite a list of marks."""
     if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s::bigint[])", [list(ids)]
+        return f"{column} = ANY(%s::bigint[])", [_pg_int_array(ids)]
     return f"{column} IN ({','.join(['%s'] * len(ids))})", list(ids)
 
 
@@ -184,7 +191,7 @@ def bump_badges(increments: dict[int, int], now_ms: int) -> dict[int, int]:
                 cursor.execute(
                     f"INSERT INTO {table} (user_id, badge, updated_at_ms) SELECT user_id, by, %s "
                     f"FROM unnest(%s::bigint[], %s::int[]) AS ids (user_id, by) ORDER BY user_id {upsert}",
-                    [now_ms, list(chunk), [increments[pk] for pk in chunk]],
+                    [now_ms, _pg_int_array(chunk), _pg_int_array(increments[pk] for pk in chunk)],
                 )
             else:
                 rows = ",".join(["(%s, %s, %s)"] * len(chunk))
