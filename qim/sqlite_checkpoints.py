@@ -48,16 +48,10 @@ def _no_automatic_checkpoints(sender, connection, **kwargs) -> None:  # type: ig
 
 
 def _checkpoint_forever(path: str, interval_s: float) -> None:
-    connection = sqlite3.connect(path, timeout=30, check_same_thread=False)
+    connection = sqlite3.connect(path, timeout=30)  # this thread's own, used by it alone
     while True:
         time.sleep(interval_s)
         try:
-            checkpoint(connection)
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error:  # the next round tries again; meanwhile the WAL only grows
             logger.exception("SQLite WAL checkpoint failed")
-
-
-def checkpoint(connection: sqlite3.Connection) -> tuple[int, int, int]:
-    """One PASSIVE checkpoint: (busy, WAL frames, frames copied), as SQLite answers it."""
-    busy, frames, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    return busy, frames, copied
