@@ -183,9 +183,11 @@ def main() -> None:
                 senders.start()
                 time.sleep(1.5)
                 meter = CpuMeter([node.process.pid])
+                before = node.stats(admin)["counters"]
                 go.set()
                 flood = _get_while_alive(results, [pair], seconds + 60)
                 cpu = meter.read()
+                after = node.stats(admin)["counters"]
                 tally = senders.result(timeout=30)
                 data = members.collect()
                 room_lat = list(data["latencies"])
@@ -194,6 +196,10 @@ def main() -> None:
                     "room_accepted_per_s": round(tally["accepted"] / tally["elapsed"], 1),
                     "room_refused": tally["errors"], "room_members": MEMBERS,
                     "room_deliveries": len(room_lat), "room_p99_ms": round(percentile(room_lat, 99), 1),
+                    # How often and how long the room's ticks waited for conversation frames.
+                    "room_tick_give_ways": after.get("room_tick_give_ways", 0) - before.get("room_tick_give_ways", 0),
+                    "room_tick_gave_way_ms": round((after.get("room_tick_gave_way_us", 0)
+                                                    - before.get("room_tick_gave_way_us", 0)) / 1000, 1),
                 }))
             finally:
                 if members is not None:

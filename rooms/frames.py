@@ -65,7 +65,7 @@ def joined_room(conn: Connection, room_id: str) -> LocalRoom:
     return room
 
 
-@frame_handler("ROOM_JOIN", RoomJoin)
+@frame_handler("ROOM_JOIN", RoomJoin, foreground=False)
 async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     """Join (or rejoin) a room; the reply is a ROOM_BATCH, a replay when after_room_seq is
     given (cut by size like ROOM_REPLAY's, `has_more` then). Live ROOM_BATCH pushes follow,
@@ -113,7 +113,7 @@ async def leave(conn: Connection, room_id: str) -> None:
     await service.report_count(key)
 
 
-@frame_handler("ROOM_LEAVE", RoomLeave)
+@frame_handler("ROOM_LEAVE", RoomLeave, foreground=False)
 async def handle_room_leave(conn: Connection, frame: RoomLeave) -> dict:
     await leave(conn, frame.room_id)
     return {"type": "ACK"}
@@ -126,7 +126,7 @@ async def leave_all_rooms(conn: Connection) -> None:
         await leave(conn, room_id)
 
 
-@frame_handler("ROOM_SEND", RoomSend)
+@frame_handler("ROOM_SEND", RoomSend, foreground=False)
 async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
     """Through the registry like SEND; answered by the room's writer, wherever it is."""
     joined_room(conn, frame.room_id)
@@ -143,7 +143,7 @@ async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
     return {"type": "ACK", **ack}
 
 
-@frame_handler("ROOM_REPLAY", RoomReplay)
+@frame_handler("ROOM_REPLAY", RoomReplay, foreground=False)
 async def handle_room_replay(conn: Connection, frame: RoomReplay) -> dict:
     """A ROOM_BATCH of the oldest events after the position that fit in one frame; with
     `has_more`, the client asks again after the last one (protocol.md §8)."""

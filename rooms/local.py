@@ -16,12 +16,13 @@ import asyncio
 import logging
 import math
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from qim.conf import limit
 from qim.gateway.connection import Connection
+from qim.gateway.foreground import ForegroundWork
 from qim.gateway.wire import TextFrame, outbound_frame_cap
 from rooms.batches import Batch, encode_batches
 
@@ -39,6 +40,11 @@ TICK_SLICE_S = 0.001
 # step each), so with one iteration a DM that met a tick took a slice per step, up to the
 # whole tick; an iteration the others do not use costs a few microseconds.
 TICK_YIELDS = 4
+# The most a tick waits, in all, for conversation frames being handled (DMs, reads, reacts)
+# before its next slice (qim/gateway/foreground.py): long enough for a SEND's DB call at its
+# slowest on a loaded node, short enough that a steady stream of them slows a room's ticks
+# by at most this much each.
+TICK_GIVE_WAY_S = 0.02
 
 
 @dataclass(eq=False)
@@ -66,7 +72,9 @@ class LocalRoom:
 
 
 class LocalRooms:
-    def __init__(self) -> None:
+    def __init__(self, foreground: ForegroundWork, counters: Counter[str]) -> None:
+        self.foreground = foreground
+        self.counters = counters
         self.rooms: dict[str, LocalRoom] = {}
         self._sent_at: dict[Connection, deque[float]] = defaultdict(deque)
         self._deferred: dict[Connection, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = defaultdict(dict)
@@ -136,13 +144,17 @@ class LocalRooms:
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
         batches = encode_batches(room.meta, events, outbound_frame_cap())
         single = batches[0].frame if len(batches) == 1 else None
-        slice_ends = time.perf_counter() + TICK_SLICE_S
+        give_way = TICK_GIVE_WAY_S
+        slice_ends = 0.0
         for conn in list(room.members):
             if time.perf_counter() > slice_ends:
                 # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
-                # big room's tick, not for all of it (design C-3: isolation on one node).
-                for _ in range(TICK_YIELDS):
-                    await asyncio.sleep(0)
+                # big room's tick at most, not for all of it, and a conversation frame being
+                # handled not even that (design C-3: isolation on one node).
+                if slice_ends:
+                    for _ in range(TICK_YIELDS):
+                        await asyncio.sleep(0)
+                give_way -= await self._give_way(give_way)
                 slice_ends = time.perf_counter() + TICK_SLICE_S
             if room.live_after and conn in room.live_after:
                 await self._deliver_after(conn, room, events, room.live_after.pop(conn))
@@ -150,6 +162,13 @@ class LocalRooms:
                 await self._push(conn, single)
             else:
                 await self._deliver(conn, room.key, room.meta, batches)
+
+    async def _give_way(self, at_most: float) -> float:
+        waited = await self.foreground.quiet(at_most)
+        if waited:
+            self.counters["room_tick_give_ways"] += 1
+            self.counters["room_tick_gave_way_us"] += round(waited * 1e6)
+        return waited
 
     # --- the per-connection budget -----------------------------------------------------------
 

@@ -60,7 +60,7 @@ class RoomService:
         self.leases = leases
         self.holder = f"{node.node_id}:{ULID()}"
         self.writers: dict[str, RoomWriter] = {}
-        self.local = LocalRooms()
+        self.local = LocalRooms(node.foreground, node.counters)
         self._locks: dict[str, asyncio.Lock] = {}
         self._started = False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import nullcontext
 from typing import Any
 
 import msgspec
@@ -18,7 +19,7 @@ from qim.conf import all_limits, limit
 from qim.db import in_db_thread
 from qim.gateway import codec
 from qim.gateway.connection import Connection
-from qim.gateway.dispatch import route_for
+from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.gateway.errors import error_frame, refusal_frame
 from qim.gateway.node import get_node
@@ -184,6 +185,12 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 error_frame("unknown_type", f"unknown frame type {frame_type!r}", req_id)
             )
             return
+        # Room ticks give way while a conversation frame is handled, its reply included.
+        with get_node().foreground.handling() if route.foreground else nullcontext():
+            await self._handle(route, raw, req_id)
+
+    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None) -> None:
+        frame_type = route.frame_type
         try:
             frame = codec.convert(raw, route.schema)
             reply = await route.handler(self.conn, frame)

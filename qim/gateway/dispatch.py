@@ -3,6 +3,9 @@
 A handler is `async def handle_x(conn, frame) -> reply | None`, where `frame` is the inbound
 frame validated against the handler's msgspec schema. It returns the reply frame (the gateway
 adds `req_id`) or None for fire-and-forget frames, and raises FrameError to refuse.
+
+Frames are foreground work unless registered with `foreground=False` (the room family): room
+ticks give way to foreground frames while they are handled (qim/gateway/foreground.py).
 """
 
 from __future__ import annotations
@@ -29,18 +32,22 @@ class FrameRoute:
     frame_type: str
     schema: type[msgspec.Struct]
     handler: Handler
+    foreground: bool = True
 
 
 _routes: dict[str, FrameRoute] = {}
 
 
-def frame_handler(frame_type: str, schema: type[msgspec.Struct]) -> Callable[[Handler], Handler]:
-    """Register `handler` for inbound frames of `frame_type`, validated by `schema`."""
+def frame_handler(
+    frame_type: str, schema: type[msgspec.Struct], *, foreground: bool = True
+) -> Callable[[Handler], Handler]:
+    """Register `handler` for inbound frames of `frame_type`, validated by `schema`;
+    `foreground=False` for frames that room ticks need not give way to."""
 
     def register(handler: Handler) -> Handler:
         if frame_type in _routes:
             raise RuntimeError(f"frame type {frame_type} registered twice")
-        _routes[frame_type] = FrameRoute(frame_type, schema, handler)
+        _routes[frame_type] = FrameRoute(frame_type, schema, handler, foreground)
         return handler
 
     return register

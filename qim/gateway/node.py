@@ -25,6 +25,7 @@ from qim.conf import limit
 from qim.errors import Refused
 from qim.gateway.codec import encode
 from qim.gateway.connection import Connection, UserKey
+from qim.gateway.foreground import ForegroundWork
 from qim.gateway.presence import (
     MemoryPresenceDirectory,
     PresenceDirectory,
@@ -100,6 +101,8 @@ class ConnectionNode:
         self._watchers: dict[UserKey, set[Connection]] = defaultdict(set)
         # Operators and tests read these through GET /api/v1/node.
         self.counters: Counter[str] = Counter()
+        # Conversation frames being handled: room ticks give way to them (design C-3).
+        self.foreground = ForegroundWork()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}
