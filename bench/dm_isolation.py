@@ -114,30 +114,41 @@ def dm_process(url: str, sender_token: str, receiver_token: str, conversation_id
     asyncio.run(main())
 
 
-def summarize(phase: str, out: dict[str, Any], cpu: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    lat = out["latencies"]
+def summarize(phase: str, outs: list[dict[str, Any]], cpu: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row: the DM figures of `outs` (one phase, or the same phase of every round, pooled)."""
+    lat = [ms for out in outs for ms in out["latencies"]]
+    refused: dict[str, int] = {}
+    for out in outs:
+        for code, n in out["errors"].items():
+            refused[code] = refused.get(code, 0) + n
     return {
-        "phase": phase, "dm_sent": out["sent"], "dm_delivered": len(lat),
+        "phase": phase, "dm_sent": sum(out["sent"] for out in outs), "dm_delivered": len(lat),
         "dm_p50_ms": round(percentile(lat, 50), 1), "dm_p99_ms": round(percentile(lat, 99), 1),
         "dm_max_ms": round(max(lat), 1) if lat else None,
-        "ack_p99_ms": round(percentile(out["ack_ms"], 99), 1), "dm_refused": out["errors"],
+        "ack_p99_ms": round(percentile([ms for out in outs for ms in out["ack_ms"]], 99), 1), "dm_refused": refused,
         "server_cpu_pct": cpu, **(extra or {}),
     }
 
 
+def counter_delta(before: dict[str, int], after: dict[str, int], name: str) -> int:
+    return after.get(name, 0) - before.get(name, 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="8 s phases instead of 30 s")
+    parser.add_argument("--quick", action="store_true", help="4 s phases instead of 15 s")
     parser.add_argument("--seconds", type=float, help="phase length in seconds (more DMs, a steadier p99)")
+    parser.add_argument("--rounds", type=int, default=2, help="alone/flood rounds, alternating (default 2)")
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
     parser.add_argument("--asgi-server", default="daphne", choices=["daphne", "uvicorn"],
                         help="serve QIM with uvicorn instead (side-by-side runs; uvicorn must be installed)")
     parser.add_argument("--no-pin", action="store_true", help="leave every process where the scheduler puts it")
     args = parser.parse_args()
-    # 30 s at 15/s: 450 DMs a phase, so p99 is not one unlucky DM (at 225 it was the third worst).
-    seconds = args.seconds or (8.0 if args.quick else 30.0)
+    # 2 rounds of 15 s at 15/s: 450 DMs per condition, so p99 is not one unlucky DM; alternating
+    # rounds spread a slow minute of this shared machine over both conditions.
+    seconds = args.seconds or (4.0 if args.quick else 15.0)
     split = None if args.no_pin else cpu_split()
-    rows: list[dict[str, Any]] = []
+    phases: list[dict[str, Any]] = []  # one per phase, in the order they ran
     with work_directory() as work_dir:
         backend = Backend(args.backend, work_dir)
         node = None
@@ -157,55 +168,33 @@ def main() -> None:
             ctx = _ctx()
             ready, go, results = ctx.Queue(), ctx.Event(), ctx.Queue()
             pair = ctx.Process(target=dm_process, daemon=True,
-                               args=(node.ws_url, tokens[alice], tokens[bob], dm, [seconds, seconds], ready, go, results))
+                               args=(node.ws_url, tokens[alice], tokens[bob], dm, [seconds] * (2 * args.rounds), ready, go, results))
             pair.start()
-            members = senders = None
+            room = Target("qim", node.ws_url, ROOM)
+            members = None
             try:
                 _get_while_alive(ready, [pair], 120)
-                if split is not None:
-                    pin(node.process.pid, split[0])
-                    pin(pair.pid, split[0])
-                meter = CpuMeter([node.process.pid])
-                go.set()
-                alone = _get_while_alive(results, [pair], seconds + 60)
-                rows.append(summarize("alone", alone, meter.read()))
-
-                room = Target("qim", node.ws_url, ROOM)
+                # The room's members join once and stay: idle members cost the node nothing, so
+                # an alone phase is a quiet room, a flood phase the same room under load.
                 member_tokens = [tokens[u] for u in users[:MEMBERS]]
                 members = Members([(room, member_tokens[0::2]), (room, member_tokens[1::2])])
                 members.wait_ready()
-                senders = Senders(room, [tokens[users[MEMBERS]]], "rate", {"rate": FLOOD_RATE, "seconds": seconds + 3})
-                senders.wait_ready()
                 if split is not None:
-                    for process in [*members.processes, senders.process]:
+                    pin(node.process.pid, split[0])
+                    pin(pair.pid, split[0])
+                    for process in members.processes:
                         pin(process.pid, split[1])
                 members.recording.value = 1
-                senders.start()
-                time.sleep(1.5)
-                meter = CpuMeter([node.process.pid])
-                before = node.stats(admin)["counters"]
-                go.set()
-                flood = _get_while_alive(results, [pair], seconds + 60)
-                cpu = meter.read()
-                after = node.stats(admin)["counters"]
-                tally = senders.result(timeout=30)
+                for round_no in range(1, args.rounds + 1):
+                    meter = CpuMeter([node.process.pid])
+                    go.set()
+                    out = _get_while_alive(results, [pair], seconds + 60)
+                    phases.append({"phase": "alone", "round": round_no, "out": out, "cpu": meter.read()})
+                    phases.append(flood_phase(node, admin, room, tokens[users[MEMBERS]], split, go, results, pair, seconds, round_no))
                 data = members.collect()
-                room_lat = list(data["latencies"])
-                rows.append(summarize("room flood", flood, cpu, {
-                    "room_offered_per_s": FLOOD_RATE, "room_accepted": tally["accepted"],
-                    "room_accepted_per_s": round(tally["accepted"] / tally["elapsed"], 1),
-                    "room_refused": tally["errors"], "room_members": MEMBERS,
-                    "room_deliveries": len(room_lat), "room_p99_ms": round(percentile(room_lat, 99), 1),
-                    # How often and how long the room's ticks waited for conversation frames.
-                    "room_tick_give_ways": after.get("room_tick_give_ways", 0) - before.get("room_tick_give_ways", 0),
-                    "room_tick_gave_way_ms": round((after.get("room_tick_gave_way_us", 0)
-                                                    - before.get("room_tick_gave_way_us", 0)) / 1000, 1),
-                }))
             finally:
                 if members is not None:
                     members.close()
-                if senders is not None:
-                    senders.close()
                 pair.join(timeout=10)
                 if pair.is_alive():
                     pair.kill()
@@ -214,21 +203,73 @@ def main() -> None:
                 node.stop()
             backend.close()
 
+    alone = [p for p in phases if p["phase"] == "alone"]
+    floods = [p for p in phases if p["phase"] == "room flood"]
+    room_lat = list(data["latencies"])
+    accepted, elapsed = sum(p["room"]["accepted"] for p in floods), sum(p["room"]["elapsed"] for p in floods)
+    refused: dict[str, int] = {}
+    for p in floods:
+        for code, n in p["room"]["errors"].items():
+            refused[code] = refused.get(code, 0) + n
+    rows = [
+        summarize("alone", [p["out"] for p in alone], round(sum(p["cpu"] for p in alone) / len(alone), 1)),
+        summarize("room flood", [p["out"] for p in floods], round(sum(p["cpu"] for p in floods) / len(floods), 1), {
+            "room_offered_per_s": FLOOD_RATE, "room_accepted": accepted,
+            "room_accepted_per_s": round(accepted / elapsed, 1), "room_refused": refused, "room_members": MEMBERS,
+            "room_deliveries": len(room_lat), "room_p99_ms": round(percentile(room_lat, 99), 1),
+            # How often and how long the room's ticks waited for conversation frames.
+            "room_tick_give_ways": sum(p["give_ways"] for p in floods),
+            "room_tick_gave_way_ms": round(sum(p["gave_way_ms"] for p in floods), 1),
+        }),
+    ]
+    each = [summarize(p["phase"], [p["out"]], p["cpu"], {"round": p["round"]}) for p in phases]
+
     print_table(
-        f"DM isolation ({args.backend}, {args.asgi_server}; DM at {DM_RATE:g}/s for {seconds:g} s per phase; room: {MEMBERS} members, "
-        f"{FLOOD_RATE:g} msg/s offered, default limits; "
+        f"DM isolation ({args.backend}, {args.asgi_server}; DM at {DM_RATE:g}/s; {args.rounds} rounds of {seconds:g} s alone, "
+        f"{seconds:g} s under the flood; room: {MEMBERS} members, {FLOOD_RATE:g} msg/s offered, default limits; "
         f"{'server and DM pair on CPU ' + str(sorted(split[0])) + ', room load on ' + str(sorted(split[1])) if split else 'not pinned'})",
-        ["phase", "DMs", "delivered", "refused", "p50 ms", "p99 ms", "max ms", "ACK p99 ms", "server CPU%", "room accepted/s", "room p99 ms"],
-        [[r["phase"], r["dm_sent"], r["dm_delivered"], sum(r["dm_refused"].values()), r["dm_p50_ms"], r["dm_p99_ms"], r["dm_max_ms"], r["ack_p99_ms"],
-          r["server_cpu_pct"], r.get("room_accepted_per_s", "-"), r.get("room_p99_ms", "-")] for r in rows],
+        ["phase", "round", "DMs", "delivered", "refused", "p50 ms", "p99 ms", "max ms", "ACK p99 ms", "server CPU%",
+         "room accepted/s", "room p99 ms"],
+        [[r["phase"], r.get("round", "all"), r["dm_sent"], r["dm_delivered"], sum(r["dm_refused"].values()), r["dm_p50_ms"],
+          r["dm_p99_ms"], r["dm_max_ms"], r["ack_p99_ms"], r["server_cpu_pct"], r.get("room_accepted_per_s", "-"),
+          r.get("room_p99_ms", "-")] for r in [*each, *rows]],
     )
-    alone, flood = rows[0], rows[1]
-    ratio = round(flood["dm_p99_ms"] / alone["dm_p99_ms"], 2) if alone["dm_p99_ms"] else None
-    emit({"scenario": "dm_isolation", "quick": args.quick, "backend": args.backend, "asgi_server": args.asgi_server, "seconds_per_phase": seconds,
+    ratio = round(rows[1]["dm_p99_ms"] / rows[0]["dm_p99_ms"], 2) if rows[0]["dm_p99_ms"] else None
+    by_round = [round(f["dm_p99_ms"] / a["dm_p99_ms"], 2) if a["dm_p99_ms"] else None
+                for a, f in zip(each[0::2], each[1::2])]
+    emit({"scenario": "dm_isolation", "quick": args.quick, "backend": args.backend, "asgi_server": args.asgi_server,
+          "seconds_per_phase": seconds, "rounds": args.rounds,
           "pinned": None if split is None else {"server_and_dm": sorted(split[0]), "room_load": sorted(split[1])},
-          "cases": rows, "ratios": {"p99_flood_vs_alone": ratio},
+          "cases": rows, "phases": each, "p99_flood_vs_alone_by_round": by_round,
+          "ratios": {"p99_flood_vs_alone": ratio},
           "targets": {"p99_flood_vs_alone <= 1.5": bool(ratio is not None and ratio <= 1.5),
                       "every DM delivered": all(r["dm_delivered"] == r["dm_sent"] for r in rows)}})
+
+
+def flood_phase(node, admin: str, room: Target, sender_token: str, split, go, results, pair,  # type: ignore[no-untyped-def]
+                seconds: float, round_no: int) -> dict[str, Any]:
+    """One phase of DMs while a fresh sender process offers the room FLOOD_RATE msg/s (from
+    1.5 s before the DMs start until they end), then waits for the flood to stop and drain."""
+    senders = Senders(room, [sender_token], "rate", {"rate": FLOOD_RATE, "seconds": seconds + 3})
+    try:
+        senders.wait_ready()
+        if split is not None:
+            pin(senders.process.pid, split[1])
+        senders.start()
+        time.sleep(1.5)
+        meter = CpuMeter([node.process.pid])
+        before = node.stats(admin)["counters"]
+        go.set()
+        out = _get_while_alive(results, [pair], seconds + 60)
+        cpu = meter.read()
+        after = node.stats(admin)["counters"]
+        tally = senders.result(timeout=30)
+    finally:
+        senders.close()
+    time.sleep(1.0)  # the room's last ticks, before the next quiet phase
+    return {"phase": "room flood", "round": round_no, "out": out, "cpu": cpu, "room": tally,
+            "give_ways": counter_delta(before, after, "room_tick_give_ways"),
+            "gave_way_ms": counter_delta(before, after, "room_tick_gave_way_us") / 1000}
 
 
 if __name__ == "__main__":
