@@ -144,6 +144,26 @@ def cluster(postgres, pg_template, redis_proc, work_dir) -> Iterator[QimDeployme
     deployment.stop()
 
 
+@pytest.fixture(scope="module")
+def capped(request: pytest.FixtureRequest, sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:
+    """One embedded node whose outbound frame cap is the test module's `CAP`, so that a few
+    big replies must be cut, with the per-user rate raised so the test can write them fast;
+    the module's `CAPPED_ENV`, if any, adds settings."""
+    deployment = start_embedded(sqlite_template, work_dir, extra_env={
+        "QIM_MAX_OUTBOUND_FRAME_BYTES": str(request.module.CAP), "QIM_PER_USER_MSG_RATE": "1000",
+        **getattr(request.module, "CAPPED_ENV", {}),
+    })
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture
+async def capped_acme(capped: QimDeployment) -> AsyncIterator[TenantHandle]:
+    handle = capped.tenants["acme"]
+    yield handle
+    await handle.close_clients()
+
+
 @pytest.fixture
 async def acme(embedded: QimDeployment) -> AsyncIterator[TenantHandle]:
     handle = embedded.tenants["acme"]

@@ -20,10 +20,10 @@ LONG_REQ_ID = "r" * 1500  # echoed in the reply: the page still fits
 ITEM_KEYS = {"conversation_id", "kind", "title", "last_seq", "last_activity_ms", "preview", "unread", "member"}
 
 
-async def busy_bob(tenant: TenantHandle) -> tuple[Persona, list[str]]:
+async def busy_bob(capped_acme: TenantHandle) -> tuple[Persona, list[str]]:
     """bob in GROUPS groups with long CJK titles, each with alice's messages (1 to 3 of them:
     unread differs) and bob's own in some (not unread)."""
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     a, b = await alice.connect(sync=False), await bob.connect(sync=False)
     groups = []
     for n in range(GROUPS):
@@ -53,8 +53,8 @@ def key(item: dict) -> tuple[int, str]:
     return (item["last_activity_ms"], item["conversation_id"])
 
 
-async def test_a_long_list_pages_under_the_cap_once_in_order_with_the_whole_badge(tenant: TenantHandle) -> None:
-    bob, groups = await busy_bob(tenant)
+async def test_a_long_list_pages_under_the_cap_once_in_order_with_the_whole_badge(capped_acme: TenantHandle) -> None:
+    bob, groups = await busy_bob(capped_acme)
     reader = await CappedReader.open(bob, CAP)
     for fields in ({}, {"limit": 1000}, {"limit": 7}):
         pages = await list_pages(reader, **fields)
@@ -84,8 +84,8 @@ async def test_a_long_list_pages_under_the_cap_once_in_order_with_the_whole_badg
     assert (merged["badge"], merged["has_more"]) == (pages[0]["badge"], False) and "next_before" not in merged
 
 
-async def test_a_short_list_is_one_frame_as_before(tenant: TenantHandle) -> None:
-    alice, carol = tenant.persona("alice"), tenant.persona("carol")
+async def test_a_short_list_is_one_frame_as_before(capped_acme: TenantHandle) -> None:
+    alice, carol = capped_acme.persona("alice"), capped_acme.persona("carol")
     quiet, chatty = create_group(alice, carol, title="quiet"), create_group(alice, carol, title="chatty")
     a = await alice.connect(sync=False)
     await send_text(a, chatty, "hi")
@@ -99,8 +99,8 @@ async def test_a_short_list_is_one_frame_as_before(tenant: TenantHandle) -> None
     await reader.close()
 
 
-async def test_bad_cursors_answer_bad_frame_and_reveal_nothing(tenant: TenantHandle, capped: QimDeployment) -> None:
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+async def test_bad_cursors_answer_bad_frame_and_reveal_nothing(capped_acme: TenantHandle, capped: QimDeployment) -> None:
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     group = create_group(alice, bob)
     elsewhere = capped.tenants["globex"]
     other, outsider = elsewhere.persona("alice"), elsewhere.persona("bob")

@@ -63,8 +63,8 @@ def assert_cut_pages(pages: list[dict], listed: str) -> None:
     assert all(1 < len(page[listed]) < SENT for page in pages[:-1])
 
 
-async def test_sync_of_a_big_backlog_pages_under_the_cap_and_skips_nothing(tenant: TenantHandle) -> None:
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+async def test_sync_of_a_big_backlog_pages_under_the_cap_and_skips_nothing(capped_acme: TenantHandle) -> None:
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     group = create_group(alice, bob)
     a, b = await alice.connect(sync=False), await bob.connect(sync=False)
     acks, edits = [], 0
@@ -109,8 +109,8 @@ async def test_sync_of_a_big_backlog_pages_under_the_cap_and_skips_nothing(tenan
         await reader.close()
 
 
-async def test_a_small_sync_page_is_one_frame_as_before(tenant: TenantHandle) -> None:
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+async def test_a_small_sync_page_is_one_frame_as_before(capped_acme: TenantHandle) -> None:
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     group = create_group(alice, bob)
     a = await alice.connect(sync=False)
     acks = [await send_text(a, group, f"small {n}") for n in range(5)]
@@ -125,8 +125,8 @@ async def test_a_small_sync_page_is_one_frame_as_before(tenant: TenantHandle) ->
     await reader.close()
 
 
-async def test_history_pages_under_the_cap_in_both_directions(tenant: TenantHandle) -> None:
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+async def test_history_pages_under_the_cap_in_both_directions(capped_acme: TenantHandle) -> None:
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     group = create_group(alice, bob)
     a = await alice.connect(sync=False)
     seqs = [ack["conversation_seq"] for ack in await send_big(a, group, SENT)]
@@ -153,8 +153,8 @@ async def test_history_pages_under_the_cap_in_both_directions(tenant: TenantHand
     await reader.close()
 
 
-async def test_history_says_has_more_when_the_limit_leaves_rows_out(tenant: TenantHandle) -> None:
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+async def test_history_says_has_more_when_the_limit_leaves_rows_out(capped_acme: TenantHandle) -> None:
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     group = create_group(alice, bob)
     a, b = await alice.connect(sync=False), await bob.connect(sync=False)
     seqs = [(await send_text(a, group, f"m{n}"))["conversation_seq"] for n in range(5)]
@@ -168,8 +168,8 @@ async def test_history_says_has_more_when_the_limit_leaves_rows_out(tenant: Tena
     assert (ahead["messages"], ahead["has_more"]) == ([], False)
 
 
-async def test_the_sdk_catches_up_and_reads_history_across_cut_pages(tenant: TenantHandle) -> None:
-    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+async def test_the_sdk_catches_up_and_reads_history_across_cut_pages(capped_acme: TenantHandle) -> None:
+    alice, bob = capped_acme.persona("alice"), capped_acme.persona("bob")
     group = create_group(alice, bob)
     a = await alice.connect(sync=False)
     seqs = [ack["conversation_seq"] for ack in await send_big(a, group, SENT)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,23 +20,8 @@ CAP = 128 * 1024  # four 30 kB events a frame: 40 of them need ten frames
 FRAME_RATE = 4
 BIG = 30_000
 SENT = 40
-
-
-@pytest.fixture(scope="module")
-def capped(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
-    deployment = start_embedded(sqlite_template, work_dir, extra_env={
-        "QIM_MAX_OUTBOUND_FRAME_BYTES": str(CAP), "QIM_ROOM_MSG_RATE": "1000",
-        "QIM_ROOM_OUTBOUND_FRAME_RATE": str(FRAME_RATE),
-    })
-    yield deployment
-    deployment.stop()
-
-
-@pytest.fixture
-async def tenant(capped: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = capped.tenants["acme"]
-    yield handle
-    await handle.close_clients()
+# The `capped` node (tests/conftest.py) of this module: rooms take what the tests send at once.
+CAPPED_ENV = {"QIM_ROOM_MSG_RATE": "1000", "QIM_ROOM_OUTBOUND_FRAME_RATE": str(FRAME_RATE)}
 
 
 class RoomReader(CappedReader):
@@ -74,12 +59,12 @@ async def send_big(client: Any, room: str, count: int, first: int = 0) -> list[d
     return [await room_send(client, room, text_of(first + n)) for n in range(count)]
 
 
-async def test_live_fan_out_is_cut_into_frames_under_the_cap(tenant: TenantHandle) -> None:
-    sender = tenant.persona("sender")
+async def test_live_fan_out_is_cut_into_frames_under_the_cap(capped_acme: TenantHandle) -> None:
+    sender = capped_acme.persona("sender")
     room = create_room(sender)
     s = await sender.connect()
     await join(s, room)
-    readers = [await RoomReader.open(tenant.persona(f"reader{i}")) for i in range(2)]
+    readers = [await RoomReader.open(capped_acme.persona(f"reader{i}")) for i in range(2)]
     for i, reader in enumerate(readers):
         assert (await reader.request({"type": "ROOM_JOIN", "req_id": f"j{i}", "room_id": room}))["events"] == []
 
@@ -94,11 +79,11 @@ async def test_live_fan_out_is_cut_into_frames_under_the_cap(tenant: TenantHandl
         await reader.close()
 
 
-async def test_deferred_frames_of_several_rooms_are_cut_and_keep_their_order(tenant: TenantHandle) -> None:
-    sender = tenant.persona("sender")
+async def test_deferred_frames_of_several_rooms_are_cut_and_keep_their_order(capped_acme: TenantHandle) -> None:
+    sender = capped_acme.persona("sender")
     rooms = [create_room(sender) for _ in range(3)]
     s = await sender.connect()
-    reader = await RoomReader.open(tenant.persona("reader"))
+    reader = await RoomReader.open(capped_acme.persona("reader"))
     for i, room in enumerate(rooms):
         await join(s, room)
         await reader.request({"type": "ROOM_JOIN", "req_id": f"j{i}", "room_id": room})
@@ -116,13 +101,13 @@ async def test_deferred_frames_of_several_rooms_are_cut_and_keep_their_order(ten
     await reader.close()
 
 
-async def test_a_replay_too_large_for_one_frame_pages_with_has_more(tenant: TenantHandle) -> None:
-    sender = tenant.persona("sender")
+async def test_a_replay_too_large_for_one_frame_pages_with_has_more(capped_acme: TenantHandle) -> None:
+    sender = capped_acme.persona("sender")
     room = create_room(sender)
     s = await sender.connect()
     await join(s, room)
     acks = await send_big(s, room, SENT)
-    reader = await RoomReader.open(tenant.persona("latecomer"))
+    reader = await RoomReader.open(capped_acme.persona("latecomer"))
 
     # A join from the beginning: the oldest events that fit, and has_more.
     joined = await reader.request({"type": "ROOM_JOIN", "req_id": "j", "room_id": room, "after_room_seq": 0})
@@ -151,8 +136,8 @@ async def test_a_replay_too_large_for_one_frame_pages_with_has_more(tenant: Tena
     await reader.close()
 
 
-async def test_the_sdk_fetches_the_rest_of_a_cut_join_reply_by_itself(tenant: TenantHandle) -> None:
-    sender, watcher = tenant.persona("sender"), tenant.persona("watcher")
+async def test_the_sdk_fetches_the_rest_of_a_cut_join_reply_by_itself(capped_acme: TenantHandle) -> None:
+    sender, watcher = capped_acme.persona("sender"), capped_acme.persona("watcher")
     room = create_room(sender)
     s = await sender.connect()
     await join(s, room)
