@@ -18,7 +18,7 @@ from qim.faults import fault_point
 from qim.gateway import codec
 from qim.models import MessageRecord, User
 from qim.notify import UserPush, push_on_commit
-from qim.queries.control import access_timeline_message, recall_event_of
+from qim.queries.control import access_timeline_message, latest_edit_event_of, recall_event_of
 from qim.queries.conversations import access_member_intervals
 from qim.windows import edit_deadline_ms
 
@@ -47,8 +47,10 @@ def check_edit_message(
 
     The caller has checked the tenant and holds no transaction: this commits twice, in the
     design's order. Refuses `forbidden` (never a member, or not the sender), `not_found`,
-    `conflict` (recalled, or its recall is already logged), `window_expired`, `too_large`
-    and `bad_frame` (the payload), writing nothing.
+    `conflict` (recalled, or its recall is already logged), `too_large` and `bad_frame` (the
+    payload), `window_expired`, writing nothing. An EDIT whose payload is the newest logged
+    edit's (a retry whose ACK was lost: EDIT has no idempotency key) answers that edit's seq
+    and writes no second event; it applies that edit if it is still pending.
     """
     with transaction.atomic():
         conversation = lock_conversation(conversation_id)
@@ -60,14 +62,23 @@ def check_edit_message(
             conversation.pk, conversation_seq
         ):
             raise Refused("conflict", "a recalled message cannot be edited")
-        now = now_ms()
-        if now >= edit_deadline_ms(target):
-            raise Refused("window_expired", "the edit window of this message has closed")
         payload_json = check_edit_payload(conversation.tenant_id, target.content_type, payload)
-        appended = do_log_anchored_event(
-            conversation, target, content_type=EDIT, actor=user, device_id=device_id,
-            payload_json=payload_json, now_ms=now,
-        )
+        latest = latest_edit_event_of(conversation.pk, conversation_seq)
+        if latest is not None and latest.payload == payload_json:
+            retried = latest
+        else:
+            retried = None
+            now = now_ms()
+            if now >= edit_deadline_ms(target):
+                raise Refused("window_expired", "the edit window of this message has closed")
+            appended = do_log_anchored_event(
+                conversation, target, content_type=EDIT, actor=user, device_id=device_id,
+                payload_json=payload_json, now_ms=now,
+            )
+    if retried is not None:
+        with transaction.atomic():
+            do_apply_edit(retried)  # a no-op unless the first EDIT died between its two commits
+        return retried.conversation_seq
     # Design §2, log first (as for recall): the edit event is committed with the new payload,
     # so if we die right here (fault point edit.after_log) recovery finds an edit event newer
     # than the target's edit_event_conversation_seq and applies it. The reverse order would

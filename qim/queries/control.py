@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.db.models import Q
 
-from qim.content_types import RECALL
+from qim.content_types import EDIT, RECALL
 from qim.errors import Refused
-from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor
-from qim.queries.conversations import unread_count
+from qim.models import Conversation, MembershipInterval, MessageRecord
+from qim.queries.conversations import with_unread
 
 
 def access_timeline_message(conversation: Conversation, conversation_seq: int) -> MessageRecord:
@@ -54,18 +54,22 @@ def recall_event_of(conversation_id: str, target_seq: int) -> MessageRecord | No
     )
 
 
+def latest_edit_event_of(conversation_id: str, target_seq: int) -> MessageRecord | None:
+    """The newest logged qim.edit.v1 event of a target, applied to the row or not yet."""
+    return (
+        MessageRecord.objects.filter(
+            conversation_id=conversation_id,
+            target_conversation_seq=target_seq,
+            kind=MessageRecord.CONTROL,
+            content_type=EDIT,
+        )
+        .order_by("-conversation_seq")
+        .first()
+    )
+
+
 def total_unread(user_pk: int) -> int:
     """The user's badge by definition: unread summed over every conversation they are or were
-    in. Conversations whose head is at or below the read cursor are skipped unqueried."""
-    intervals: dict[str, list[MembershipInterval]] = {}
-    for interval in MembershipInterval.objects.filter(user_id=user_pk).order_by("joined_at"):
-        intervals.setdefault(interval.conversation_id, []).append(interval)
-    cursors = dict(
-        ReadCursor.objects.filter(user_id=user_pk).values_list("conversation_id", "read_conversation_seq")
-    )
-    total = 0
-    for conversation in Conversation.objects.filter(pk__in=list(intervals)):
-        if conversation.last_seq <= cursors.get(conversation.pk, 0):
-            continue
-        total += unread_count(conversation, user_pk, intervals[conversation.pk])
-    return total
+    in, in one query (a correlated count per membership interval, as CONVERSATIONS counts)."""
+    intervals = with_unread(MembershipInterval.objects.filter(user_id=user_pk).order_by(), user_pk)
+    return sum(intervals.values_list("unread", flat=True))

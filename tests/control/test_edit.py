@@ -140,3 +140,30 @@ async def test_only_the_sender_edits_and_a_recalled_message_stays_recalled(
     assert table_counts(embedded) == counts
     row = (await history_by_seq(b, group))[1]
     assert row["state"] == "recalled" and row["payload"] is None
+
+
+async def test_a_retried_edit_answers_the_same_event_and_writes_nothing_twice(
+    embedded: QimDeployment, acme: TenantHandle
+) -> None:
+    """EDIT carries no idempotency key: a client that lost the ACK sends the same EDIT again
+    and must get the same event, not a second edit event for every member."""
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    group = create_group(alice, bob)
+    a, b = await alice.connect(), await bob.connect()
+    await send_text(a, group, "helo")
+    await drop_pushes(b)
+
+    first = await edit(a, group, 1, "hello")
+    counts = table_counts(embedded)
+    again = await (await alice.connect(device_id="phone")).request(
+        "EDIT", conversation_id=group, conversation_seq=1, payload={"text": "hello"}
+    )
+    assert again["event_conversation_seq"] == first["event_conversation_seq"] == 2
+    assert table_counts(embedded) == counts
+    assert [c["payload"] for c in await pushed_controls(b, EDIT)] == [{"text": "hello"}]
+    assert [c["conversation_seq"] for c in await controls(b, EDIT, group)] == [2]
+
+    # A different payload is a new edit; going back to an earlier one is one too.
+    assert (await edit(a, group, 1, "hello!"))["event_conversation_seq"] == 3
+    assert (await edit(a, group, 1, "hello"))["event_conversation_seq"] == 4
+    assert (await history_by_seq(b, group))[1]["payload"] == {"text": "hello"}
