@@ -10,17 +10,14 @@ from functools import reduce
 from typing import Any
 
 import msgspec
-from django.db.models import BigIntegerField, Count, OuterRef, Q, QuerySet, Subquery, Value
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import OuterRef, Q, Subquery
 
 from qim.errors import Refused
 from qim.gateway.fit import fit_chunks
-from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User
-from qim.queries.conversations import visible_head
+from qim.models import Conversation, MembershipInterval, MessageRecord, User
+from qim.queries.conversations import open_end, visible_head, with_unread
 from qim.render import message_object
 
-# An open interval's end as a number, past every seq: the SQL reads `seq < end` for both kinds.
-OPEN_END = 2**63 - 1
 # Items built at a time (one query for their previews): a page is built chunk by chunk until the
 # frame cap is reached. Its OR of (conversation, seq) pairs stays under SQLite's expression
 # depth of 1000.
@@ -123,7 +120,7 @@ def _entries(user: User) -> dict[str, _Entry]:
     """The reader's conversations with their intervals, unread counts and newest visible
     activity: two queries, the second only for conversations whose activity is clipped."""
     entries: dict[str, _Entry] = {}
-    rows = _with_unread(
+    rows = with_unread(
         MembershipInterval.objects.filter(user=user, conversation__tenant_id=user.tenant_id)
         .select_related("conversation")
         .order_by("joined_at"),
@@ -154,40 +151,6 @@ def _entries(user: User) -> dict[str, _Entry]:
     return entries
 
 
-def _open_end() -> Coalesce:
-    return Coalesce("left_at", Value(OPEN_END), output_field=BigIntegerField())
-
-
-def _with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QuerySet[MembershipInterval]:
-    """Each MembershipInterval row with `unread`: definitional unread inside it
-    (qim/queries/conversations.py `unread_count`: counted types after the read cursor, not the
-    reader's own, not recalled or deleted), a correlated count over the (conversation, seq)
-    index from max(joined_at, read cursor) to the interval's end."""
-    cursor = ReadCursor.objects.filter(user_id=user_pk, conversation_id=OuterRef("conversation_id"))
-    counted = (
-        MessageRecord.objects.filter(
-            conversation_id=OuterRef("conversation_id"),
-            conversation_seq__gt=OuterRef("start"),
-            conversation_seq__lt=OuterRef("end"),
-            counts_unread=True,
-            state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
-        )
-        .exclude(sender_id=user_pk)
-        .order_by()
-        .values("conversation_id")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return intervals.annotate(
-        start=Greatest(
-            "joined_at",
-            Coalesce(Subquery(cursor.values("read_conversation_seq")[:1]), Value(0), output_field=BigIntegerField()),
-            output_field=BigIntegerField(),
-        ),
-        end=_open_end(),
-    ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
-
-
 def _newest_in_intervals(user_pk: int, conversation_ids: list[str]) -> Iterator[tuple[str, int | None, int | None]]:
     """(conversation_id, seq, sent_at_ms) of the newest affects_session_order row inside each of
     the reader's intervals of these conversations (None, None for an interval without one)."""
@@ -200,7 +163,7 @@ def _newest_in_intervals(user_pk: int, conversation_ids: list[str]) -> Iterator[
         ).order_by("-conversation_seq")
         yield from (
             MembershipInterval.objects.filter(user_id=user_pk, conversation_id__in=batch)
-            .annotate(end=_open_end())
+            .annotate(end=open_end())
             .annotate(
                 seq=Subquery(newest.values("conversation_seq")[:1]),
                 ms=Subquery(newest.values("sent_at_ms")[:1]),

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from django.db.models import Q
+from django.db.models import BigIntegerField, Count, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, Greatest
 
 from qim.errors import Refused
 from qim.gateway.fit import fit_list
@@ -150,3 +151,42 @@ def unread_count(conversation: Conversation, user_pk: int, intervals: list[Membe
         .exclude(sender_id=user_pk)
         .count()
     )
+
+
+# An open interval's end as a number, past every seq: the SQL reads `seq < end` for both kinds.
+OPEN_END = 2**63 - 1
+
+
+def open_end() -> Coalesce:
+    return Coalesce("left_at", Value(OPEN_END), output_field=BigIntegerField())
+
+
+def with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QuerySet[MembershipInterval]:
+    """Each MembershipInterval row with `unread`: definitional unread inside it (as
+    `unread_count` counts it: counted types after the read cursor, not the reader's own, not
+    recalled or deleted), a correlated count over the (conversation, seq) index from
+    max(joined_at, read cursor) to the interval's end. Intervals of one user never overlap (a
+    join needs a non-member), so the counts of a user's intervals add up."""
+    cursor = ReadCursor.objects.filter(user_id=user_pk, conversation_id=OuterRef("conversation_id"))
+    counted = (
+        MessageRecord.objects.filter(
+            conversation_id=OuterRef("conversation_id"),
+            conversation_seq__gt=OuterRef("start"),
+            conversation_seq__lt=OuterRef("end"),
+            counts_unread=True,
+            state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
+        )
+        .exclude(sender_id=user_pk)
+        .order_by()
+        .values("conversation_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return intervals.annotate(
+        start=Greatest(
+            "joined_at",
+            Coalesce(Subquery(cursor.values("read_conversation_seq")[:1]), Value(0), output_field=BigIntegerField()),
+            output_field=BigIntegerField(),
+        ),
+        end=open_end(),
+    ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
