@@ -88,6 +88,9 @@ QIM_PUSH_SENDER = env.str("QIM_PUSH_SENDER", default="qim.push.senders.LogSender
 QIM_PUSH_MAX_ATTEMPTS = env.int("QIM_PUSH_MAX_ATTEMPTS", default=8)
 QIM_PUSH_LEASE_S = env.float("QIM_PUSH_LEASE_S", default=30.0)
 QIM_PUSH_RETRY_BASE_S = env.float("QIM_PUSH_RETRY_BASE_S", default=2.0)
+# How long a finished (sent or failed) task stays in the outbox for operators before a worker
+# deletes it; 0 keeps every task forever.
+QIM_PUSH_TASK_RETENTION_S = env.float("QIM_PUSH_TASK_RETENTION_S", default=7 * 24 * 3600.0)
 # How old a node's copy of a tenant's registry may get before it re-checks the version in
 # the database (the fallback when a change notice is missed; protocol.md §6 asks for 1 s).
 QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)

@@ -24,6 +24,10 @@ def lease_ms() -> int:
     return int(settings.QIM_PUSH_LEASE_S * 1000)
 
 
+def retention_ms() -> int:
+    return int(settings.QIM_PUSH_TASK_RETENTION_S * 1000)
+
+
 def retry_delay_ms(attempts: int) -> int:
     """QIM_PUSH_RETRY_BASE_S * 2**(attempts-1), in ms, capped at MAX_RETRY_DELAY_MS."""
     base_ms = settings.QIM_PUSH_RETRY_BASE_S * 1000
@@ -142,3 +146,20 @@ def next_claimable_ms(now_ms: int, horizon_ms: int) -> int | None:
         .get("at")
     )
     return None if soonest is None else int(soonest)
+
+
+def prune_finished(now_ms: int, limit: int = 1000) -> int:
+    """Delete up to `limit` sent or failed tasks last due more than QIM_PUSH_TASK_RETENTION_S
+    ago (never a pending one); answers how many. A retention of 0 keeps every task."""
+    if retention_ms() <= 0:
+        return 0
+    ids = list(
+        PushTask.objects.filter(
+            state__in=[PushTask.SENT, PushTask.FAILED], available_at_ms__lt=now_ms - retention_ms()
+        )
+        .order_by()
+        .values_list("id", flat=True)[:limit]
+    )
+    if not ids:
+        return 0
+    return PushTask.objects.filter(id__in=ids).delete()[0]

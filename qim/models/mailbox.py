@@ -74,8 +74,9 @@ class UserBadgeState(models.Model):
 
 class PushTask(models.Model):
     """The offline push outbox: one row per (offline device, counted message), drained by
-    `qim_push_worker`. Rows are never deleted by the worker: a sent task stays as `sent`, a
-    task out of attempts as `failed`, so nothing is lost silently."""
+    `qim_push_worker`. A sent task stays as `sent`, a task out of attempts as `failed`, so
+    nothing is lost silently; a running worker deletes them QIM_PUSH_TASK_RETENTION_S (7 days)
+    after they were last due, never a pending one."""
 
     MESSAGE = "message"
     VOIP = "voip"

@@ -24,6 +24,7 @@ from qim.actions.push import (
     lease_ms,
     mark_sent,
     next_claimable_ms,
+    prune_finished,
     record_failure,
     release_claims,
 )
@@ -34,6 +35,8 @@ __all__ = ["Outcome", "Tally", "claim_tasks", "drain", "run_forever", "run_once"
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
+# How often a long-running worker deletes finished tasks past their retention.
+PRUNE_EVERY_MS = 60_000
 NO_CREDENTIALS = "device has no push credentials (push_token and voip_token are empty)"
 
 
@@ -54,6 +57,7 @@ class Tally:
     failed: int = 0
     lost: int = 0
     released: int = 0
+    pruned: int = 0  # finished tasks deleted past their retention
 
     def add(self, outcome: Outcome, count: int = 1) -> None:
         setattr(self, outcome.value, getattr(self, outcome.value) + count)
@@ -173,16 +177,21 @@ def run_forever(
     *,
     clock: Clock = wall_clock_ms,
 ) -> Tally:
-    """Send batches until `stop_event` is set, sleeping `idle_sleep_s` when nothing is due.
+    """Send batches until `stop_event` is set, sleeping `idle_sleep_s` when nothing is due;
+    every PRUNE_EVERY_MS, delete finished tasks past QIM_PUSH_TASK_RETENTION_S.
 
     A database error (a restart, a failover) is logged and retried after the idle sleep;
     the worker's connection is checked between batches so a broken one is replaced.
     """
     tally = Tally()
+    next_prune_ms = clock()
     while not stop_event.is_set():
         _drop_unusable_connection()
         try:
             settled = run_once(worker_id, sender, batch, clock=clock, stop_event=stop_event, tally=tally)
+            if clock() >= next_prune_ms:
+                tally.pruned += prune_finished(clock())
+                next_prune_ms = clock() + PRUNE_EVERY_MS
         except DatabaseError:
             logger.exception("push worker %s: database error, retrying in %ss", worker_id, idle_sleep_s)
             settled = 0

@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from qim.actions.accounts import do_create_user, do_issue_token
 from qim.models import Device, PushTask, Tenant
-from qim.actions.push import MAX_RETRY_DELAY_MS, next_claimable_ms, retry_delay_ms
+from qim.actions.push import MAX_RETRY_DELAY_MS, next_claimable_ms, prune_finished, retry_delay_ms
 from qim.push.senders import LogSender, PushSendError, load_sender
 from qim.push.worker import (
     NO_CREDENTIALS,
@@ -273,6 +273,35 @@ def test_run_forever_idles_until_stopped(alice_phone: Device) -> None:
     tally = run_forever("w1", RecordingSender(), idle_sleep_s=0.05, stop_event=stop, clock=clock_at(T0))
     timer.join()
     assert tally.handled == 0
+
+
+DAY_MS = 24 * 3600 * 1000
+
+
+def test_finished_tasks_are_pruned_after_the_retention_and_pending_ones_never(alice_phone: Device) -> None:
+    old_sent = make_task(alice_phone, state=PushTask.SENT, sent_at_ms=T0)
+    old_failed = make_task(alice_phone, state=PushTask.FAILED)
+    old_pending = make_task(alice_phone)  # due long ago, never sent: still owed
+    recent_sent = make_task(alice_phone, at_ms=T0 + 6 * DAY_MS, state=PushTask.SENT)
+    later = T0 + 7 * DAY_MS + 1  # the default retention: 7 days
+    assert prune_finished(later - 2) == 0
+    assert prune_finished(later, limit=1) == 1  # in bounded batches
+    assert prune_finished(later) == 1
+    assert set(PushTask.objects.values_list("id", flat=True)) == {old_pending.id, recent_sent.id}
+    assert not PushTask.objects.filter(id__in=[old_sent.id, old_failed.id]).exists()
+    with override_settings(QIM_PUSH_TASK_RETENTION_S=0):  # 0 keeps everything
+        assert prune_finished(T0 + 365 * DAY_MS) == 0
+
+
+def test_run_forever_prunes_what_is_past_the_retention(alice_phone: Device) -> None:
+    make_task(alice_phone, state=PushTask.SENT, sent_at_ms=T0)
+    stop = threading.Event()
+    timer = threading.Timer(0.2, stop.set)
+    timer.start()
+    with override_settings(QIM_PUSH_TASK_RETENTION_S=60):
+        tally = run_forever("w1", RecordingSender(), idle_sleep_s=0.05, stop_event=stop, clock=clock_at(T0 + 61_000))
+    timer.join()
+    assert tally.pruned == 1 and PushTask.objects.count() == 0
 
 
 def test_drain_sends_everything_due_and_reports(alice_phone: Device, bob_laptop: Device) -> None:
