@@ -7,7 +7,10 @@ frame would exceed the outbound frame cap (rooms/batches.py). A connection that 
 rooms could still exceed the rate, so each connection also has a one-second budget, which
 every frame counts against, cut ones too; a frame over budget is deferred and merged into
 that connection's next frame of the room, cut again by size when it goes. Nothing is dropped
-while it is in the window, and a room's events reach a connection in room_seq order.
+while it is in the window, and a room's events reach a connection in room_seq order. What a
+connection has deferred is bounded like the bytes it leaves unread (QIM_MAX_OUTBOUND_BUFFER_BYTES,
+by encoded size): past it the socket is closed as too slow (4429), and the client heals by
+room replay.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.conf import settings
 
 from qim.conf import limit
 from qim.gateway.connection import Connection
@@ -79,6 +84,10 @@ class LocalRooms:
         self._sent_at: dict[Connection, deque[float]] = defaultdict(deque)
         self._deferred: dict[Connection, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = defaultdict(dict)
         self._deferred_timer: dict[Connection, asyncio.TimerHandle] = {}
+        # Encoded bytes of what each connection has deferred, per room; and the connections
+        # closed for holding too much, until their disconnect.
+        self._deferred_bytes: dict[Connection, dict[str, int]] = defaultdict(dict)
+        self._dropped: set[Connection] = set()
         self.frames_pushed = 0
 
     @property
@@ -97,7 +106,12 @@ class LocalRooms:
 
     def forget_connection(self, conn: Connection) -> None:
         self._sent_at.pop(conn, None)
+        self._dropped.discard(conn)
+        self._forget_deferred(conn)
+
+    def _forget_deferred(self, conn: Connection) -> None:
         self._deferred.pop(conn, None)
+        self._deferred_bytes.pop(conn, None)
         timer = self._deferred_timer.pop(conn, None)
         if timer is not None:
             timer.cancel()
@@ -212,16 +226,30 @@ class LocalRooms:
         left = 0 if waiting is not None and key in waiting else self._budget_left(conn)
         now, later = batches[:left], batches[left:]
         if later:
-            self._defer(conn, key, meta, [event for batch in later for event in batch.events])
+            self._defer(conn, key, meta, later)
         self._count(conn, len(now))
         for batch in now:
             await self._write(conn, batch.frame)
 
-    def _defer(self, conn: Connection, key: str, meta: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    def _defer(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
+        if conn in self._dropped:
+            return  # closed as too slow: it heals by replay once it reconnects
         _, held = self._deferred[conn].get(key, (meta, []))
-        self._deferred[conn][key] = (meta, held + events)
-        if conn not in self._deferred_timer:
+        self._deferred[conn][key] = (meta, held + [event for batch in batches for event in batch.events])
+        sizes = self._deferred_bytes[conn]
+        sizes[key] = sizes.get(key, 0) + sum(batch.frame.size for batch in batches)
+        if sum(sizes.values()) > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
+            self._drop(conn, f"{sum(sizes.values())} bytes of room events deferred")
+        elif conn not in self._deferred_timer:
             self._arm_deferred(conn)
+
+    def _drop(self, conn: Connection, why: str) -> None:
+        """Close a connection that receives more than its frame budget lets out: what it
+        holds is let go (it stays in the rooms' rings), and nothing more is held for it."""
+        self._dropped.add(conn)
+        self._forget_deferred(conn)
+        if conn.drop_too_slow is not None:
+            asyncio.get_running_loop().create_task(conn.drop_too_slow(why))
 
     def _arm_deferred(self, conn: Connection) -> None:
         """Flush the deferred frames when the oldest frame of the second leaves the budget."""
@@ -238,6 +266,7 @@ class LocalRooms:
             self._deferred.pop(conn, None)
             return
         planned: list[TextFrame] = []
+        sizes = self._deferred_bytes[conn]
         left = self._budget_left(conn)
         for key in list(waiting):
             if left <= 0:
@@ -248,6 +277,7 @@ class LocalRooms:
             # Listed again, at the end (rooms take turns), with what the budget refused: even
             # when that is nothing, a flush meanwhile must queue behind the frames planned here.
             waiting[key] = (meta, [event for batch in batches[left:] for event in batch.events])
+            sizes[key] = sum(batch.frame.size for batch in batches[left:])
             left -= min(left, len(batches))
         self._count(conn, len(planned))
         for frame in planned:
@@ -256,11 +286,13 @@ class LocalRooms:
             return  # the connection went away meanwhile
         for key in [key for key, (_, events) in waiting.items() if not events]:
             del waiting[key]
+            sizes.pop(key, None)
         if waiting:
             if conn not in self._deferred_timer:
                 self._arm_deferred(conn)
         else:
             self._deferred.pop(conn, None)
+            self._deferred_bytes.pop(conn, None)
 
     # --- joins ------------------------------------------------------------------------
 

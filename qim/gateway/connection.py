@@ -24,6 +24,9 @@ class Connection:
     client_version: str
     # A str, or a TextFrame framed once for many sockets (a room's batch).
     send_text: Callable[[str | TextFrame], Awaitable[None]]
+    # Close the socket as too slow (4429), saying why in the log; the client reconnects and
+    # heals by SYNC and room replay. None where there is no socket to close.
+    drop_too_slow: Callable[[str], Awaitable[None]] | None = None
     # The qim.models.User row, read once at AUTH, for actions that take a user.
     user: Any = None
     # Users whose PRESENCE this connection subscribed to.

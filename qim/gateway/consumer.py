@@ -103,8 +103,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         it: its disconnect is on its way, and what it missed is in the mailbox or the ring."""
         if self._too_slow:
             return
-        if self.outbound_buffer_bytes() > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
-            await self._drop_slow_socket()
+        buffered = self.outbound_buffer_bytes()
+        if buffered > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
+            await self._drop_slow_socket(f"{buffered} bytes unread")
             return
         socket = self._socket
         if socket is not None:
@@ -136,10 +137,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         except AttributeError:
             return 0
 
-    async def _drop_slow_socket(self) -> None:
+    async def _drop_slow_socket(self, why: str) -> None:
+        if self._too_slow:
+            return
         self._too_slow = True
-        logger.warning("closing connection %s: %d bytes unread", self.conn and self.conn.connection_id,
-                       self.outbound_buffer_bytes())
+        logger.warning("closing connection %s as too slow: %s", self.conn and self.conn.connection_id, why)
         get_node().counters["slow_sockets_closed"] += 1
         try:
             await self.close(code=CLOSE_TOO_SLOW)
@@ -236,6 +238,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             is_tenant_admin=identity.is_tenant_admin,
             client_version=frame.client_version,
             send_text=self.send_text,
+            drop_too_slow=self._drop_slow_socket,
             user=identity.user,
         )
         await node.register(self.conn)
