@@ -97,6 +97,10 @@ QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
 # How long a RoomWriter's lease lasts without renewal (renewed every third of it): after a
 # writer dies, another node takes the room over within about this long.
 QIM_ROOM_LEASE_TTL_S = env.float("QIM_ROOM_LEASE_TTL_S", default=5.0)
+# A writer whose room has had no members on any node and no message for this long, and whose
+# ring is empty, gives its lease up: an idle room costs no renewals (the next node that needs
+# it becomes its writer, epoch + 1). 0 keeps every writer until its node stops.
+QIM_ROOM_WRITER_IDLE_S = env.float("QIM_ROOM_WRITER_IDLE_S", default=3600.0)
 # Unread bytes a socket may have queued on its node before it is closed (4429) as too slow.
 QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.

@@ -159,6 +159,10 @@ class RoomService:
         while True:
             await asyncio.sleep(self.lease_ttl_s / 3)
             for key, writer in list(self.writers.items()):
+                idle_s = settings.QIM_ROOM_WRITER_IDLE_S
+                if idle_s > 0 and writer.idle_for() >= idle_s:
+                    await self._retire(key)
+                    continue
                 started = time.monotonic()
                 try:
                     kept = await self.leases.renew(key, self.holder, self.lease_ttl_s)
@@ -170,6 +174,17 @@ class RoomService:
                 else:
                     logger.warning("lost the lease of room %s", key)
                     self.writers.pop(key, None)
+
+    async def _retire(self, key: str) -> None:
+        """Give up the lease of an idle room's writer (no members anywhere, nothing in its
+        ring): the next node that needs the room becomes its writer, epoch + 1."""
+        self.writers.pop(key, None)
+        try:
+            await self.leases.release(key, self.holder)
+        except Exception:
+            logger.exception("releasing the lease of idle room %s failed (it expires)", key)
+        self.node.counters["room_writers_retired"] += 1
+        logger.info("node %s gave up the idle room %s", self.node.node_id, key)
 
     async def _report_counts(self) -> None:
         """Every second: tell each of our rooms' writers how many members we have (a new

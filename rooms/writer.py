@@ -53,6 +53,8 @@ class RoomWriter:
     # Until when the lease is known to be ours (monotonic); past it, nothing is appended.
     lease_valid_until: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
+    # When the room last had a member or a message (monotonic): see idle_for().
+    last_active: float = field(default_factory=time.monotonic)
     _recent_sends: "OrderedDict[tuple[str, str], dict]" = field(default_factory=OrderedDict)
 
     def holds_lease(self) -> bool:
@@ -72,6 +74,15 @@ class RoomWriter:
     @property
     def online_count(self) -> int:
         return sum(self.counts.values())
+
+    def idle_for(self) -> float:
+        """Seconds since the room last had a member or a message; 0 while it has a member or
+        its ring holds anything to replay (a writer gives up only what is already gone)."""
+        now = time.monotonic()
+        self.ring.evict()
+        if self.online_count or len(self.ring):
+            self.last_active = now
+        return now - self.last_active
 
     def head(self) -> dict[str, Any]:
         return {
@@ -126,6 +137,7 @@ class RoomWriter:
             "sent_at_ms": now_ms(),
         }
         self.ring.append(event)
+        self.last_active = time.monotonic()
         fault_point("room.after_append")
         ack = {"message_id": event["message_id"], "room_seq": event["room_seq"]}
         if dedupe_key is not None:

@@ -163,3 +163,42 @@ async def test_promotion_makes_a_fresh_group_of_the_online_members(acme: TenantH
     assert explicit["conversation_id"] != conversation
     refused = api(acme.node, "POST", f"rooms/{room}/promote", alice.token(), json={})
     assert refused.status_code == 403
+
+
+@pytest.fixture(scope="module")
+def idle_rooms_node(sqlite_template, work_dir):  # type: ignore[no-untyped-def]
+    """Writers give idle rooms up after 1 s (leases renewed every 0.2 s, rings kept 1.2 s)."""
+    deployment = start_embedded(sqlite_template, work_dir, extra_env={
+        "QIM_ROOM_WRITER_IDLE_S": "1", "QIM_ROOM_LEASE_TTL_S": "0.6", "QIM_ROOM_LOG_RETENTION_MINUTES": "0.02",
+    })
+    yield deployment
+    deployment.stop()
+
+
+async def test_an_idle_room_gives_its_lease_up_and_a_room_with_a_member_keeps_it(idle_rooms_node: QimDeployment) -> None:
+    acme = idle_rooms_node.tenants["acme"]
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    idle, kept = create_room(alice, "idle"), create_room(bob, "kept")
+    a, b = await alice.connect(), await bob.connect()
+    first = await join(a, idle)
+    await room_send(a, idle, "before")
+    await a.request("ROOM_LEAVE", room_id=idle)
+    await join(b, kept)
+    kept_ack = await room_send(b, kept, "stays")
+
+    def retired() -> int:
+        return idle_rooms_node.node.stats(acme.admin_token)["counters"].get("room_writers_retired", 0)
+
+    deadline = asyncio.get_running_loop().time() + 15
+    while retired() < 1 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(2)  # time enough for the kept room to be given up too, were it idle
+    assert retired() == 1
+
+    # The idle room works as before under a new writer: the epoch moved on, nothing to replay.
+    again = await join(a, idle, after=first["latest_room_seq"] + 1)
+    assert again["room_epoch"] == first["room_epoch"] + 1
+    assert (again["events"], again["replay_truncated"], again["replay_truncated_reason"]) == ([], True, "epoch_changed")
+    assert epoch_of((await room_send(a, idle, "after"))["room_seq"]) == first["room_epoch"] + 1
+    # The room with a member kept its writer and its epoch.
+    assert epoch_of((await room_send(b, kept, "still"))["room_seq"]) == epoch_of(kept_ack["room_seq"])
