@@ -146,6 +146,13 @@ class Backend:
 
 @contextmanager
 def work_directory():  # type: ignore[no-untyped-def]
+    """A temporary directory for databases and server logs; kept (its path on stderr) when
+    QIM_BENCH_KEEP is set, to read the servers' logs after a failure."""
+    if os.environ.get("QIM_BENCH_KEEP"):
+        path = Path(tempfile.mkdtemp(prefix="qim-bench-"))
+        print(f"work directory kept: {path}", file=sys.stderr)
+        yield path
+        return
     with tempfile.TemporaryDirectory(prefix="qim-bench-") as path:
         yield Path(path)
 

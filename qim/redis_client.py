@@ -1,4 +1,10 @@
-"""One asyncio Redis client per event loop, for the presence directory and leases."""
+"""One asyncio Redis client per event loop, for the presence directory, leases and calls.
+
+Its pool makes a caller wait for a free connection when all QIM_REDIS_MAX_CONNECTIONS are in
+use (redis-py's default pool raises MaxConnectionsError instead: 500 sockets joining a room or
+disconnecting at once each ask Redis something, and their frames failed as `internal`). A
+caller that waits QIM_REDIS_POOL_TIMEOUT_S gets a ConnectionError.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,12 @@ def get_redis() -> aioredis.Redis:
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        client = aioredis.from_url(settings.QIM_REDIS_URL, decode_responses=True)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.QIM_REDIS_URL,
+            decode_responses=True,
+            max_connections=settings.QIM_REDIS_MAX_CONNECTIONS,
+            timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
+        )
+        client = aioredis.Redis(connection_pool=pool)
         _clients[loop] = client
     return client

@@ -33,6 +33,10 @@ QIM_ALLOWED_ORIGINS = env.list(
 )
 QIM_NODE_ID = env.str("QIM_NODE_ID", default="") or f"node-{os.getpid()}"
 QIM_REDIS_URL = env.str("QIM_REDIS_URL", default="")
+# A node's own Redis connections (presence, leases, calls; the channel layer has its own):
+# past this many in use, callers wait up to the timeout for one (qim/redis_client.py).
+QIM_REDIS_MAX_CONNECTIONS = env.int("QIM_REDIS_MAX_CONNECTIONS", default=100)
+QIM_REDIS_POOL_TIMEOUT_S = env.float("QIM_REDIS_POOL_TIMEOUT_S", default=10.0)
 QIM_FAULT = env.str("QIM_FAULT", default="")
 
 # --- tunables (design doc; protocol.md §1): name -> default, unit in the suffix ----------

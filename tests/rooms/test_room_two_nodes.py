@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
-from tests.conftest import QimDeployment
+import pytest
+
+from tests.conftest import QimDeployment, start_cluster
 from tests.harness.personas import TenantHandle, api_ok
 from tests.rooms.room_helpers import collect_room_events, create_room, join, room_send
 
@@ -45,3 +48,29 @@ async def test_a_node_without_members_receives_nothing_for_the_room(cluster: Qim
     assert len(got) == 15
     await asyncio.sleep(0.5)
     assert layer_received(n2, token) == before
+
+
+@pytest.fixture(scope="module")
+def small_redis_pool(postgres, pg_template, redis_proc, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+    """Two nodes allowed 2 Redis connections each (qim/redis_client.py)."""
+    deployment = start_cluster(postgres, pg_template, redis_proc, work_dir, extra_env={"QIM_REDIS_MAX_CONNECTIONS": "2"})
+    yield deployment
+    deployment.stop()
+
+
+async def test_a_storm_of_joins_waits_for_redis_connections_instead_of_failing(small_redis_pool: QimDeployment) -> None:
+    """Every join asks Redis for the room's lease holder; 60 at once on a node allowed 2 Redis
+    connections queue for them (redis-py's default pool refused the rest: `internal`)."""
+    n1, n2 = small_redis_pool.nodes
+    tenant = small_redis_pool.tenants["acme"]
+    owner = tenant.persona("owner")
+    room = create_room(owner)
+    await join(await owner.connect(n1), room)  # the writer lives on node 1
+    clients = [await tenant.persona(f"joiner{i}").connect(n2) for i in range(60)]
+    replies = await asyncio.gather(*(join(client, room) for client in clients))
+    assert all(reply["type"] == "ROOM_BATCH" and reply["room_id"] == room for reply in replies)
+    deadline = asyncio.get_running_loop().time() + 10  # node 2 reports its count in the background
+    while api_ok(n2, "GET", f"rooms/{room}", tenant.admin_token)["online_count"] != 61:
+        assert asyncio.get_running_loop().time() < deadline, "node 2's members were never all counted"
+        await asyncio.sleep(0.2)
+    await tenant.close_clients()
