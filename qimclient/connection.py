@@ -257,6 +257,10 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
                 raise TimeoutError(f"no reply to {frame.get('type')} {req_id} within {wait} s") from None
         finally:
             self._pending.pop(req_id, None)
+            if reply.done() and not reply.cancelled():
+                # Failed by a lost connection while the send was still raising: that error is
+                # the one the caller gets; this one is seen, so asyncio does not log it.
+                reply.exception()
         if answer.get("type") == "ERROR":
             raise QimError.from_frame(answer)
         return answer
