@@ -21,7 +21,7 @@ import math
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 
@@ -50,6 +50,19 @@ TICK_YIELDS = 4
 # slowest on a loaded node, short enough that a steady stream of them slows a room's ticks
 # by at most this much each.
 TICK_GIVE_WAY_S = 0.02
+
+
+class Held(NamedTuple):
+    """A room's events deferred for one connection, the room head to send them under, and
+    their encoded size (what QIM_MAX_OUTBOUND_BUFFER_BYTES bounds)."""
+
+    meta: dict[str, Any]
+    events: list[dict[str, Any]]
+    size: int
+
+    @classmethod
+    def of(cls, meta: dict[str, Any], batches: list[Batch]) -> "Held":
+        return cls(meta, [event for batch in batches for event in batch.events], sum(b.frame.size for b in batches))
 
 
 @dataclass(eq=False)
@@ -82,11 +95,9 @@ class LocalRooms:
         self.counters = counters
         self.rooms: dict[str, LocalRoom] = {}
         self._sent_at: dict[Connection, deque[float]] = defaultdict(deque)
-        self._deferred: dict[Connection, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = defaultdict(dict)
+        self._deferred: dict[Connection, dict[str, Held]] = defaultdict(dict)
         self._deferred_timer: dict[Connection, asyncio.TimerHandle] = {}
-        # Encoded bytes of what each connection has deferred, per room; and the connections
-        # closed for holding too much, until their disconnect.
-        self._deferred_bytes: dict[Connection, dict[str, int]] = defaultdict(dict)
+        # Connections closed for holding too much, until their disconnect.
         self._dropped: set[Connection] = set()
         self.frames_pushed = 0
 
@@ -111,7 +122,6 @@ class LocalRooms:
 
     def _forget_deferred(self, conn: Connection) -> None:
         self._deferred.pop(conn, None)
-        self._deferred_bytes.pop(conn, None)
         timer = self._deferred_timer.pop(conn, None)
         if timer is not None:
             timer.cancel()
@@ -234,12 +244,13 @@ class LocalRooms:
     def _defer(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
         if conn in self._dropped:
             return  # closed as too slow: it heals by replay once it reconnects
-        _, held = self._deferred[conn].get(key, (meta, []))
-        self._deferred[conn][key] = (meta, held + [event for batch in batches for event in batch.events])
-        sizes = self._deferred_bytes[conn]
-        sizes[key] = sizes.get(key, 0) + sum(batch.frame.size for batch in batches)
-        if sum(sizes.values()) > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
-            self._drop(conn, f"{sum(sizes.values())} bytes of room events deferred")
+        waiting = self._deferred[conn]
+        added = Held.of(meta, batches)
+        earlier = waiting.get(key)
+        waiting[key] = added if earlier is None else Held(meta, earlier.events + added.events, earlier.size + added.size)
+        held_bytes = sum(held.size for held in waiting.values())
+        if held_bytes > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
+            self._drop(conn, f"{held_bytes} bytes of room events deferred")
         elif conn not in self._deferred_timer:
             self._arm_deferred(conn)
 
@@ -266,33 +277,29 @@ class LocalRooms:
             self._deferred.pop(conn, None)
             return
         planned: list[TextFrame] = []
-        sizes = self._deferred_bytes[conn]
         left = self._budget_left(conn)
         for key in list(waiting):
             if left <= 0:
                 break
-            meta, events = waiting.pop(key)
+            meta, events, _ = waiting.pop(key)
             batches = encode_batches(meta, events, outbound_frame_cap())
             planned += [batch.frame for batch in batches[:left]]
             # Listed again, at the end (rooms take turns), with what the budget refused: even
             # when that is nothing, a flush meanwhile must queue behind the frames planned here.
-            waiting[key] = (meta, [event for batch in batches[left:] for event in batch.events])
-            sizes[key] = sum(batch.frame.size for batch in batches[left:])
+            waiting[key] = Held.of(meta, batches[left:])
             left -= min(left, len(batches))
         self._count(conn, len(planned))
         for frame in planned:
             await self._write(conn, frame)
         if self._deferred.get(conn) is not waiting:
             return  # the connection went away meanwhile
-        for key in [key for key, (_, events) in waiting.items() if not events]:
+        for key in [key for key, held in waiting.items() if not held.events]:
             del waiting[key]
-            sizes.pop(key, None)
         if waiting:
             if conn not in self._deferred_timer:
                 self._arm_deferred(conn)
         else:
             self._deferred.pop(conn, None)
-            self._deferred_bytes.pop(conn, None)
 
     # --- joins ------------------------------------------------------------------------
 

@@ -151,12 +151,11 @@ def next_claimable_ms(now_ms: int, horizon_ms: int) -> int | None:
 def prune_finished(now_ms: int, limit: int = 1000) -> int:
     """Delete up to `limit` sent or failed tasks last due more than QIM_PUSH_TASK_RETENTION_S
     ago (never a pending one); answers how many. A retention of 0 keeps every task."""
-    if retention_ms() <= 0:
+    retention = retention_ms()
+    if retention <= 0:
         return 0
     ids = list(
-        PushTask.objects.filter(
-            state__in=[PushTask.SENT, PushTask.FAILED], available_at_ms__lt=now_ms - retention_ms()
-        )
+        PushTask.objects.filter(state__in=[PushTask.SENT, PushTask.FAILED], available_at_ms__lt=now_ms - retention)
         .order_by()
         .values_list("id", flat=True)[:limit]
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from qim.content_types import EDIT, RECALL
 from qim.errors import Refused
@@ -39,33 +39,25 @@ def anchor_recipients(conversation_id: str, target_seq: int) -> dict[int, str]:
     )
 
 
-def recall_event_of(conversation_id: str, target_seq: int) -> MessageRecord | None:
-    """The logged qim.recall.v1 event of a target, applied to the row or not yet (the
-    crash window of design §2); there is at most one."""
-    return (
-        MessageRecord.objects.filter(
-            conversation_id=conversation_id,
-            target_conversation_seq=target_seq,
-            kind=MessageRecord.CONTROL,
-            content_type=RECALL,
-        )
-        .order_by("conversation_seq")
-        .first()
+def _control_events_of(conversation_id: str, target_seq: int, content_type: str) -> QuerySet[MessageRecord]:
+    """The logged control events of one type that target a message, applied to it or not yet
+    (the crash window of design §2)."""
+    return MessageRecord.objects.filter(
+        conversation_id=conversation_id,
+        target_conversation_seq=target_seq,
+        kind=MessageRecord.CONTROL,
+        content_type=content_type,
     )
+
+
+def recall_event_of(conversation_id: str, target_seq: int) -> MessageRecord | None:
+    """The logged qim.recall.v1 event of a target; there is at most one."""
+    return _control_events_of(conversation_id, target_seq, RECALL).order_by("conversation_seq").first()
 
 
 def latest_edit_event_of(conversation_id: str, target_seq: int) -> MessageRecord | None:
-    """The newest logged qim.edit.v1 event of a target, applied to the row or not yet."""
-    return (
-        MessageRecord.objects.filter(
-            conversation_id=conversation_id,
-            target_conversation_seq=target_seq,
-            kind=MessageRecord.CONTROL,
-            content_type=EDIT,
-        )
-        .order_by("-conversation_seq")
-        .first()
-    )
+    """The newest logged qim.edit.v1 event of a target."""
+    return _control_events_of(conversation_id, target_seq, EDIT).order_by("-conversation_seq").first()
 
 
 def total_unread(user_pk: int) -> int:
