@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from qimclient import QimClient
 from tests.conftest import QimDeployment
@@ -91,8 +92,17 @@ def read_entries(deployment: QimDeployment, tenant: str, user_id: str, conversat
     ]
 
 
-def table_counts(deployment: QimDeployment) -> dict[str, int]:
-    """Row counts of every table a control request could write."""
+async def table_counts(deployment: QimDeployment) -> dict[str, int]:
+    """Row counts of every table a control request could write, once the node is quiet.
+
+    Read marks of earlier tests on the same node flush when their merge window ends, in the
+    background (a mailbox row written, a pending row deleted); counting before they have would
+    let a refusal look like a write. So wait for the pending rows to drain first (the windows are
+    at most 3 s here; fails after 15 s)."""
+    deadline = time.monotonic() + 15
+    while (pending := deployment.db.count("qim_pendingreadsync")) > 0:
+        assert time.monotonic() < deadline, f"{pending} read marks never flushed"
+        await asyncio.sleep(0.1)
     tables = [
         "qim_messagerecord", "qim_usermailboxentry", "qim_readcursor", "qim_pendingreadsync",
         "qim_userbadgestate", "qim_moderationaudit", "qim_pushtask",

@@ -97,11 +97,11 @@ async def test_bad_edits_are_refused_and_write_nothing(
     group = create_group(alice, bob)
     a = await alice.connect()
     await send_text(a, group, "original")
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     with pytest.raises(QimError) as refused:
         await a.request("EDIT", **{"conversation_id": group, "conversation_seq": 1, "payload": {"text": "y"}, **fields})
     assert refused.value.code == code
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
     assert (await history_by_seq(a, group))[1]["payload"] == {"text": "original"}
 
 
@@ -110,11 +110,11 @@ async def test_a_frame_without_payload_is_a_bad_frame(embedded: QimDeployment, a
     group = create_group(alice, acme.persona("bob"))
     a = await alice.connect()
     await send_text(a, group, "original")
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     with pytest.raises(QimError) as refused:
         await a.request("EDIT", conversation_id=group, conversation_seq=1)
     assert refused.value.code == "bad_frame"
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
 
 
 async def test_only_the_sender_edits_and_a_recalled_message_stays_recalled(
@@ -125,19 +125,19 @@ async def test_only_the_sender_edits_and_a_recalled_message_stays_recalled(
     a, b, e = await alice.connect(), await bob.connect(), await eve.connect()
     m = await globex.persona("mallory").connect()
     await send_text(a, group, "alice's")
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     for client, code in ((b, "forbidden"), (e, "forbidden"), (m, "not_found")):
         with pytest.raises(QimError) as refused:
             await edit(client, group, 1, "mine now")
         assert refused.value.code == code
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
 
     await recall(a, group, 1)
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     with pytest.raises(QimError) as refused:
         await edit(a, group, 1, "undo the recall?")
     assert refused.value.code == "conflict"
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
     row = (await history_by_seq(b, group))[1]
     assert row["state"] == "recalled" and row["payload"] is None
 
@@ -154,12 +154,12 @@ async def test_a_retried_edit_answers_the_same_event_and_writes_nothing_twice(
     await drop_pushes(b)
 
     first = await edit(a, group, 1, "hello")
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     again = await (await alice.connect(device_id="phone")).request(
         "EDIT", conversation_id=group, conversation_seq=1, payload={"text": "hello"}
     )
     assert again["event_conversation_seq"] == first["event_conversation_seq"] == 2
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
     assert [c["payload"] for c in await pushed_controls(b, EDIT)] == [{"text": "hello"}]
     assert [c["conversation_seq"] for c in await controls(b, EDIT, group)] == [2]
 

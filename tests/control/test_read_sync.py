@@ -154,11 +154,11 @@ async def test_bad_marks_are_refused_and_write_nothing(
     group = create_group(alice, bob)
     await send_text(await bob.connect(), group, "unread")
     a = await alice.connect()
-    counts = table_counts(short_windows)
+    counts = await table_counts(short_windows)
     with pytest.raises(QimError) as refused:
         await a.request("MARK_READ", **{"conversation_id": group, "read_conversation_seq": 1, **fields})
     assert refused.value.code == code
-    assert table_counts(short_windows) == counts
+    assert await table_counts(short_windows) == counts
 
 
 async def test_non_members_and_other_tenants_cannot_mark(short_windows: QimDeployment, short_acme: TenantHandle) -> None:
@@ -167,12 +167,12 @@ async def test_non_members_and_other_tenants_cannot_mark(short_windows: QimDeplo
     await send_text(await bob.connect(), group, "unread")
     e = await eve.connect()
     m = await short_windows.tenants["globex"].persona("mallory").connect()
-    counts = table_counts(short_windows)
+    counts = await table_counts(short_windows)
     try:
         for client, code in ((e, "forbidden"), (m, "not_found")):
             with pytest.raises(QimError) as refused:
                 await mark_read(client, group, 1)
             assert refused.value.code == code
-        assert table_counts(short_windows) == counts
+        assert await table_counts(short_windows) == counts
     finally:
         await short_windows.tenants["globex"].close_clients()

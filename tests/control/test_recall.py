@@ -108,10 +108,10 @@ async def test_a_repeated_recall_answers_the_same_event_and_writes_nothing(
     a = await alice.connect()
     await send_text(a, group, "twice")
     first = await recall(a, group, 1)
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     again = await recall(a, group, 1)
     assert again["event_conversation_seq"] == first["event_conversation_seq"]
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
     assert embedded.db.count(
         "qim_messagerecord", "conversation_id = ? AND content_type = ?", (group, RECALL)
     ) == 1
@@ -166,11 +166,11 @@ async def test_bad_recalls_are_refused_and_write_nothing(
     await send_text(a, group, "keep")  # seq 1
     await send_text(a, group, "keep too")  # seq 2
     api_ok(acme.node, "POST", f"conversations/{group}/members", alice.token(), json={"user_ids": [acme.persona("x").user_id]})
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     with pytest.raises(QimError) as refused:
         await a.request("RECALL", **{"conversation_id": group, "conversation_seq": 1, **fields})
     assert refused.value.code == code
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
 
 
 async def test_only_the_sender_recalls_and_other_tenants_find_nothing(
@@ -181,12 +181,12 @@ async def test_only_the_sender_recalls_and_other_tenants_find_nothing(
     a = await alice.connect()
     await send_text(a, group, "alice's")
     b, e, m = await bob.connect(), await eve.connect(), await globex.persona("mallory").connect()
-    counts = table_counts(embedded)
+    counts = await table_counts(embedded)
     for client, code in ((b, "forbidden"), (e, "forbidden"), (m, "not_found")):
         with pytest.raises(QimError) as refused:
             await recall(client, group, 1)
         assert refused.value.code == code
-    assert table_counts(embedded) == counts
+    assert await table_counts(embedded) == counts
     assert (await history_by_seq(b, group))[1]["state"] == "normal"
 
 

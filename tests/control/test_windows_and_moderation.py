@@ -38,12 +38,12 @@ async def test_recall_and_edit_work_inside_their_windows_and_expire_after(
     await recall(a, group, early["conversation_seq"])
 
     await asyncio.sleep(WINDOW_MS / 1000 + 0.2)
-    counts = table_counts(short_windows)
+    counts = await table_counts(short_windows)
     for attempt in (recall(a, group, 2), edit(a, group, 2, "too late")):
         with pytest.raises(QimError) as refused:
             await attempt
         assert refused.value.code == "window_expired"
-    assert table_counts(short_windows) == counts
+    assert await table_counts(short_windows) == counts
     row = (await history_by_seq(a, group))[2]
     assert row["state"] == "normal" and row["payload"] == {"text": "slow"}
     assert "recallable_until_ms" not in row and "editable_until_ms" not in row
@@ -95,7 +95,7 @@ async def test_moderation_is_for_tenant_admins_of_the_conversations_tenant_only(
     await send_text(a, group, "keep")
     await send_text(a, group, "keep too")
     globex = short_windows.tenants["globex"]
-    counts = table_counts(short_windows)
+    counts = await table_counts(short_windows)
     cases = [
         (alice.token(), {"conversation_id": group, "conversation_seq": 1}, 403, "forbidden"),
         (globex.admin_token, {"conversation_id": group, "conversation_seq": 1}, 404, "not_found"),
@@ -109,4 +109,4 @@ async def test_moderation_is_for_tenant_admins_of_the_conversations_tenant_only(
     for token, body, status, code in cases:
         answer = moderation_recall(short_acme, token, **body)
         assert (answer.status_code, answer.json()["code"]) == (status, code), (body, answer.text)
-    assert table_counts(short_windows) == counts
+    assert await table_counts(short_windows) == counts
