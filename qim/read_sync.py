@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from qim.actions.read_sync import flush_due_read_syncs
+from qim.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.db import in_db_thread
@@ -29,7 +30,6 @@ class ReadSyncFlusher:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self._flushes: set[asyncio.Task[None]] = set()
 
     def sweep_period_s(self) -> float:
         return min(5.0, max(0.5, float(limit("read_sync_merge_window_s"))))
@@ -57,9 +57,7 @@ class ReadSyncFlusher:
 
     def _fire(self) -> None:
         self._timer = self._timer_at = None
-        task = asyncio.create_task(self._flush_due(), name="qim-read-sync-flush")
-        self._flushes.add(task)
-        task.add_done_callback(self._flushes.discard)
+        spawn(self._flush_due(), name="qim-read-sync-flush")
 
     async def _flush_due(self) -> None:
         now = self.clock()

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 
+from qim.background import spawn
 from qim.conf import limit
 from qim.gateway.connection import Connection
 from qim.gateway.foreground import ForegroundWork
@@ -144,7 +145,7 @@ class LocalRooms:
         room.flush_task = asyncio.get_running_loop().call_later(delay, self._flush_soon, room)
 
     def _flush_soon(self, room: LocalRoom) -> None:
-        asyncio.create_task(self.flush(room))
+        spawn(self.flush(room), name="qim-room-tick")
 
     async def flush(self, room: LocalRoom) -> None:
         """One tick of a room: what arrived since the last, to every member. `flush_task` stays
@@ -260,14 +261,14 @@ class LocalRooms:
         self._dropped.add(conn)
         self._forget_deferred(conn)
         if conn.drop_too_slow is not None:
-            asyncio.get_running_loop().create_task(conn.drop_too_slow(why))
+            spawn(conn.drop_too_slow(why), name="qim-drop-slow-socket")
 
     def _arm_deferred(self, conn: Connection) -> None:
         """Flush the deferred frames when the oldest frame of the second leaves the budget."""
         oldest = self._sent_at[conn][0] if self._sent_at[conn] else time.monotonic()
         delay = max(0.0, oldest + RATE_SLACK - time.monotonic()) + 0.001
         self._deferred_timer[conn] = asyncio.get_running_loop().call_later(
-            delay, lambda: asyncio.create_task(self._flush_deferred(conn))
+            delay, lambda: spawn(self._flush_deferred(conn), name="qim-room-deferred")
         )
 
     async def _flush_deferred(self, conn: Connection) -> None:

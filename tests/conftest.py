@@ -157,32 +157,23 @@ def capped(request: pytest.FixtureRequest, sqlite_template: Path, work_dir: Path
     deployment.stop()
 
 
-@pytest.fixture
-async def capped_acme(capped: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = capped.tenants["acme"]
-    yield handle
-    await handle.close_clients()
+def tenant_fixture(deployment_fixture: str, tenant: str = "acme"):  # type: ignore[no-untyped-def]
+    """A fixture yielding `tenant`'s handle on the deployment fixture named `deployment_fixture`,
+    its clients closed after each test, so one test's sockets never reach the next."""
+
+    @pytest.fixture
+    async def handle(request: pytest.FixtureRequest) -> AsyncIterator[TenantHandle]:
+        tenant_handle = request.getfixturevalue(deployment_fixture).tenants[tenant]
+        yield tenant_handle
+        await tenant_handle.close_clients()
+
+    return handle
 
 
-@pytest.fixture
-async def acme(embedded: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = embedded.tenants["acme"]
-    yield handle
-    await handle.close_clients()
-
-
-@pytest.fixture
-async def globex(embedded: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = embedded.tenants["globex"]
-    yield handle
-    await handle.close_clients()
-
-
-@pytest.fixture
-async def cluster_acme(cluster: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = cluster.tenants["acme"]
-    yield handle
-    await handle.close_clients()
+capped_acme = tenant_fixture("capped")
+acme = tenant_fixture("embedded")
+globex = tenant_fixture("embedded", "globex")
+cluster_acme = tenant_fixture("cluster")
 
 
 @pytest.fixture

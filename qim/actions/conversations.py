@@ -78,7 +78,9 @@ def _log_membership(
     conversation: Conversation, actor: User, device_id: str, action: str, affected: list[User], now: int
 ) -> Appended:
     """The qim.membership.v1 event at seq J; everyone who is a member at J is told, and so are
-    the affected users (a leaver's interval ends at J, but their clients must learn of it)."""
+    the affected users (a leaver's interval ends at J, but their clients must learn of it).
+    The acting device (the REST token's) is not: the event names it as its origin, and the
+    REST answer already told it (protocol.md §5)."""
     recipients = current_members(conversation.pk)
     recipients.update({u.pk: u.username for u in affected})
     payload = codec.encode({"action": action, "user_ids": [u.username for u in affected]})
@@ -92,6 +94,7 @@ def _log_membership(
         recipients=recipients,
         now_ms=now,
         kind="control",
+        origin_device_id=device_id or None,
     )
 
 

@@ -24,7 +24,6 @@ from qim.faults import fault_point
 from qim.gateway import codec
 from qim.models import (
     Conversation,
-    MembershipInterval,
     PendingReadSync,
     ReadCursor,
     User,
@@ -60,14 +59,13 @@ def check_mark_read(
     """
     intervals = access_member_intervals(conversation, user.pk)
     position = min(read_conversation_seq, visible_head(conversation, intervals))
-    return do_mark_read(user, device_id, conversation, intervals, position, now_ms)
+    return do_mark_read(user, device_id, conversation, position, now_ms)
 
 
 def do_mark_read(
     user: User,
     device_id: str,
     conversation: Conversation,
-    intervals: list[MembershipInterval],
     position: int,
     now_ms: int,
 ) -> MarkedRead:
@@ -83,7 +81,7 @@ def do_mark_read(
         cursor.save(update_fields=["read_conversation_seq"])
         due = _merge_pending(user, device_id, conversation, position, now_ms)
         _store_badge(user.pk, now_ms)
-    unread = unread_count(conversation, user.pk, intervals)
+    unread = unread_count(conversation, user.pk)
     return MarkedRead(cursor.read_conversation_seq, unread, due)
 
 

@@ -3,7 +3,8 @@ first, then the target row is recalled (design §2, C-5). ModerationService reus
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F, Q
 
 from qim.actions.anchors import do_log_anchored_event, stored_event_push
 from qim.actions.log import Appended, lock_conversation
@@ -11,7 +12,7 @@ from qim.clock import now_ms
 from qim.content_types import RECALL
 from qim.errors import Refused
 from qim.faults import fault_point
-from qim.models import Conversation, MessageRecord, User
+from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User, UserBadgeState
 from qim.notify import UserPush, push_on_commit
 from qim.queries.control import access_timeline_message, recall_event_of
 from qim.queries.conversations import access_member_intervals
@@ -93,11 +94,39 @@ def do_apply_recall(event: MessageRecord, *, push: UserPush | None = None) -> bo
     ).update(state=MessageRecord.RECALLED, payload=None, recall_event_conversation_seq=event.conversation_seq)
     if changed:
         delete_reactions_of(event.conversation_id, event.target_conversation_seq)
+        _lower_badges_of_readers(event.conversation_id, event.target_conversation_seq, now_ms())
     if push is not None:
         push_on_commit(push)
     elif changed:
         push_on_commit(stored_event_push(event))
     return bool(changed)
+
+
+def _lower_badges_of_readers(conversation_id: str, conversation_seq: int, now: int) -> int:
+    """A recalled message no longer counts as unread (definitional unread), so the stored badge
+    of each reader who had it unread drops by one: members whose interval covers it, other than
+    its sender, whose read cursor is before it. Answers the badges lowered.
+
+    Runs in step 2's transaction, which holds the target's row lock. The badge rows are locked
+    in user order first, as bump_badges takes them, so a SEND bumping the same users cannot
+    deadlock with it on PostgreSQL."""
+    target = MessageRecord.objects.filter(
+        conversation_id=conversation_id, conversation_seq=conversation_seq
+    ).values("sender_id", "counts_unread").get()
+    if not target["counts_unread"]:
+        return 0
+    read_past = ReadCursor.objects.filter(conversation_id=conversation_id, read_conversation_seq__gte=conversation_seq)
+    readers = (
+        MembershipInterval.objects.filter(conversation_id=conversation_id, joined_at__lt=conversation_seq)
+        .filter(Q(left_at__isnull=True) | Q(left_at__gt=conversation_seq))
+        .exclude(user_id=target["sender_id"])
+        .exclude(user_id__in=read_past.values("user_id"))
+        .values("user_id")
+    )
+    badges = UserBadgeState.objects.filter(user_id__in=readers, badge__gt=0)
+    if connection.vendor == "postgresql":
+        list(badges.select_for_update().order_by("user_id").values_list("pk", flat=True))
+    return badges.update(badge=F("badge") - 1, updated_at_ms=now)
 
 
 def delete_reactions_of(conversation_id: str, conversation_seq: int) -> int:

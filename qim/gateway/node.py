@@ -21,6 +21,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from qim.background import spawn
 from qim.conf import limit
 from qim.errors import Refused
 from qim.gateway.codec import encode
@@ -138,7 +139,7 @@ class ConnectionNode:
             kind = message.get("type", "")
             if kind == "node.call":
                 # Answered in a task of its own: a slow request never stalls the listener.
-                asyncio.create_task(self._answer_call(message))
+                spawn(self._answer_call(message), name="qim-node-call")
                 continue
             if kind == "node.reply":
                 future = self._calls.pop(message["call_id"], None)

@@ -132,27 +132,6 @@ def _with_reactions(conversation: Conversation, messages: list[dict[str, Any]]) 
     return messages
 
 
-def read_position(conversation_id: str, user_pk: int) -> int:
-    cursor = ReadCursor.objects.filter(conversation_id=conversation_id, user_id=user_pk).first()
-    return cursor.read_conversation_seq if cursor else 0
-
-
-def unread_count(conversation: Conversation, user_pk: int, intervals: list[MembershipInterval]) -> int:
-    """Definitional unread: counted types after the read cursor, inside the intervals, not the
-    reader's own, not recalled or deleted (design, Substrate)."""
-    return (
-        MessageRecord.objects.filter(
-            visible_seqs(intervals),
-            conversation=conversation,
-            counts_unread=True,
-            conversation_seq__gt=read_position(conversation.pk, user_pk),
-            state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
-        )
-        .exclude(sender_id=user_pk)
-        .count()
-    )
-
-
 # An open interval's end as a number, past every seq: the SQL reads `seq < end` for both kinds.
 OPEN_END = 2**63 - 1
 
@@ -163,8 +142,8 @@ def open_end() -> Coalesce:
 
 def with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QuerySet[MembershipInterval]:
     """Each MembershipInterval row with `unread`: definitional unread inside it (as
-    `unread_count` counts it: counted types after the read cursor, not the reader's own, not
-    recalled or deleted), a correlated count over the (conversation, seq) index from
+    the design's Substrate defines it: counted types after the read cursor, not the reader's
+    own, not recalled or deleted), a correlated count over the (conversation, seq) index from
     max(joined_at, read cursor) to the interval's end. Intervals of one user never overlap (a
     join needs a non-member), so the counts of a user's intervals add up."""
     cursor = ReadCursor.objects.filter(user_id=user_pk, conversation_id=OuterRef("conversation_id"))
@@ -190,3 +169,10 @@ def with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QueryS
         ),
         end=open_end(),
     ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
+
+
+def unread_count(conversation: Conversation, user_pk: int) -> int:
+    """Definitional unread of one conversation for one reader: `with_unread` over their
+    intervals in it, so the ACK of a mark and the list's `unread` are one definition."""
+    intervals = MembershipInterval.objects.filter(user_id=user_pk, conversation=conversation).order_by()
+    return sum(with_unread(intervals, user_pk).values_list("unread", flat=True))

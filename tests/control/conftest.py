@@ -3,13 +3,12 @@ self windows shortened so window tests take seconds."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import QimDeployment, start_embedded
-from tests.harness.personas import TenantHandle
+from tests.conftest import QimDeployment, start_embedded, tenant_fixture
 
 SHORT_WINDOWS = {
     "QIM_READ_SYNC_MERGE_WINDOW_S": "1",
@@ -25,8 +24,4 @@ def short_windows(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployme
     deployment.stop()
 
 
-@pytest.fixture
-async def short_acme(short_windows: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = short_windows.tenants["acme"]
-    yield handle
-    await handle.close_clients()
+short_acme = tenant_fixture("short_windows")

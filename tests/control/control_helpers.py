@@ -8,6 +8,7 @@ import time
 from qimclient import QimClient
 from tests.conftest import QimDeployment
 from tests.core.conversation_helpers import sync_all
+from tests.harness.personas import Persona
 
 
 async def mark_read(client: QimClient, conversation_id: str, seq: int) -> dict:
@@ -75,6 +76,13 @@ def user_pk(deployment: QimDeployment, tenant: str, user_id: str) -> int:
         (tenant, user_id),
     )
     return rows[0][0]
+
+
+def stored_badge(deployment: QimDeployment, persona: Persona) -> int:
+    """The user's UserBadgeState.badge (0 before the row exists): what pushes carry."""
+    pk = user_pk(deployment, persona.tenant.name, persona.user_id)
+    rows = deployment.db.query("SELECT badge FROM qim_userbadgestate WHERE user_id = ?", (pk,))
+    return rows[0][0] if rows else 0
 
 
 def read_entries(deployment: QimDeployment, tenant: str, user_id: str, conversation_id: str) -> list[dict]:

@@ -21,6 +21,7 @@ from tests.control.control_helpers import (
     next_control,
     read_entries,
     recall,
+    stored_badge,
 )
 from tests.core.conversation_helpers import create_group, send_text
 from tests.harness.qim_process import last_json_line, manage
@@ -191,6 +192,7 @@ async def test_c5_on_two_nodes_the_restarted_node_re_issues_the_event_to_members
         await asyncio.sleep(0.5)
         assert [f for f in b.drain_pushes() if f["type"] == "EVENT"] == []  # nothing left before step 2
         assert lost_recalls(cluster) == 1
+        assert [stored_badge(cluster, p) for p in (bob, carol)] == [1, 1]  # step 1 leaves badges alone
 
         n1.start(extra_env=NO_FAULT)
         for client in (b, c):  # online on node 2 the whole time: the re-issued EVENT reaches them
@@ -198,6 +200,7 @@ async def test_c5_on_two_nodes_the_restarted_node_re_issues_the_event_to_members
             assert (event["control"]["conversation_seq"], event["control"]["target_conversation_seq"]) == (2, 1)
             assert (await history_by_seq(client, group))[1]["state"] == "recalled"
         assert lost_recalls(cluster) == 0
+        assert [stored_badge(cluster, p) for p in (bob, carol)] == [0, 0]  # PostgreSQL: lowered by step 2
     finally:
         await cluster.tenants["acme"].close_clients()
         cluster.stop()

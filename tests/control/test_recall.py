@@ -13,9 +13,11 @@ from tests.control.control_helpers import (
     controls,
     history_by_seq,
     list_item,
+    mark_read,
     next_control,
     pushed_controls,
     recall,
+    stored_badge,
     table_counts,
 )
 from tests.core.conversation_helpers import create_group, send_text
@@ -208,3 +210,31 @@ async def test_a_recall_physically_deletes_the_messages_reactions(embedded: QimD
     assert embedded.db.count("reactions_messagereactionsummary", where, (group, 2)) == 1  # others keep theirs
     rows = await history_by_seq(b, group)
     assert "reactions" not in rows[1] and rows[2]["reactions"]["counts"] == {"+1": 1}
+
+
+async def test_a_recall_lowers_the_stored_badge_of_those_who_had_it_unread(
+    embedded: QimDeployment, acme: TenantHandle
+) -> None:
+    """The stored badge (what pushes carry) stays definitional: the recalled message leaves
+    it for readers whose cursor was before it; not for its sender, a reader past it, a member
+    who joined after it, or anyone's other unread."""
+    alice, bob, carol, dave = (acme.persona(n) for n in ("alice", "bob", "carol", "dave"))
+    group, elsewhere = create_group(alice, bob, carol), create_group(bob, dave, title="elsewhere")
+    phone = await alice.connect()
+    await send_text(phone, group, "one")                                                     # seq 1
+    await send_text(phone, group, "oops")                                                    # seq 2
+    await send_text(await bob.connect(), elsewhere, "for dave")
+    await mark_read(await carol.connect(), group, 2)
+    api_ok(acme.node, "POST", f"conversations/{group}/members", alice.token(), json={"user_ids": [dave.user_id]})
+
+    def badges() -> dict[str, int]:
+        return {p.user_id: stored_badge(embedded, p) for p in (alice, bob, carol, dave)}
+
+    assert badges() == {alice.user_id: 0, bob.user_id: 2, carol.user_id: 0, dave.user_id: 1}
+    await recall(phone, group, 2)
+    assert badges() == {alice.user_id: 0, bob.user_id: 1, carol.user_id: 0, dave.user_id: 1}
+    for persona in (alice, bob, carol, dave):  # the stored badge and the definitional one agree
+        listing = await (await persona.connect(device_id="check")).request("CONVERSATIONS")
+        assert listing["badge"] == badges()[persona.user_id]
+    await recall(phone, group, 2)  # a retry changes nothing more
+    assert badges()[bob.user_id] == 1

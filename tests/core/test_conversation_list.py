@@ -18,15 +18,32 @@ from qim.actions.read_sync import check_mark_read
 from qim.actions.recall import check_recall_message
 from qim.clock import now_ms
 from qim.errors import Refused
-from qim.models import Conversation, MembershipInterval, MessageRecord, User
+from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User
 from qim.queries.conversation_list import ListCursor, conversation_page
-from qim.queries.conversations import unread_count, visible_head, visible_seqs
+from qim.queries.conversations import visible_head, visible_seqs
 from qim.render import message_object
 from tests.control.personas_in_process import Cast, make_cast, send_text
 
 pytestmark = pytest.mark.django_db
 
 HUGE = 1 << 40
+
+
+def oracle_unread(conversation: Conversation, user_pk: int, intervals: list[MembershipInterval]) -> int:
+    """Definitional unread read the plain way (design, Substrate): counted types after the read
+    cursor, inside the intervals, not the reader's own, not recalled or deleted."""
+    cursor = ReadCursor.objects.filter(conversation=conversation, user_id=user_pk).first()
+    return (
+        MessageRecord.objects.filter(
+            visible_seqs(intervals),
+            conversation=conversation,
+            counts_unread=True,
+            conversation_seq__gt=cursor.read_conversation_seq if cursor else 0,
+            state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
+        )
+        .exclude(sender_id=user_pk)
+        .count()
+    )
 
 
 def oracle_list(user: User) -> tuple[list[dict[str, Any]], int]:
@@ -46,7 +63,7 @@ def oracle_list(user: User) -> tuple[list[dict[str, Any]], int]:
             "last_seq": visible_head(conversation, intervals),
             "last_activity_ms": latest.sent_at_ms if latest else 0,
             "preview": message_object(latest, conversation)["preview"] if latest else "",
-            "unread": unread_count(conversation, user.pk, intervals),
+            "unread": oracle_unread(conversation, user.pk, intervals),
             "member": intervals[-1].left_at is None,
         })
     items.sort(key=lambda item: (item["last_activity_ms"], item["conversation_id"]), reverse=True)

@@ -249,6 +249,35 @@ async def test_admin_removes_and_the_removed_user_is_told(acme: TenantHandle) ->
     assert refused.value.code == "forbidden"
 
 
+async def test_a_membership_change_skips_the_device_that_made_it(acme: TenantHandle) -> None:
+    """protocol.md §5: an event whose origin_device_id is the receiving device is never
+    delivered to it. A REST call acts as its token's device; that device has its answer."""
+    alice, bob, carol = (acme.persona(n) for n in ("alice", "bob", "carol"))
+    group = create_group(alice, bob)
+    phone, tablet = await alice.connect(device_id="phone"), await alice.connect(device_id="tablet")
+    b, c = await bob.connect(), await carol.connect()
+    joined = api_ok(acme.node, "POST", f"conversations/{group}/members", alice.token("phone"),
+                    json={"user_ids": [carol.user_id]})
+    for client in (tablet, b, c):
+        control = (await client.next_push(timeout=5, type="EVENT"))["event"]["control"]
+        assert (control["custom_type"], control["conversation_seq"]) == ("qim.membership.v1", joined["conversation_seq"])
+        assert (control["actor_id"], control["origin_device_id"]) == (alice.user_id, "phone")
+    left = api_ok(acme.node, "DELETE", f"conversations/{group}/members/{carol.user_id}", carol.token("phone"))
+    assert (await tablet.next_push(timeout=5, type="EVENT"))["event"]["control"]["payload"] == {
+        "action": "leave", "user_ids": [carol.user_id]}
+
+    def memberships(events: list[dict]) -> list[int]:
+        return [e["control"]["conversation_seq"] for e in events
+                if e["kind"] == "control" and e["control"]["custom_type"] == "qim.membership.v1"]
+
+    await asyncio.sleep(0.3)
+    assert memberships([f["event"] for f in phone.drain_pushes() if f["type"] == "EVENT"]) == [left["conversation_seq"]]
+    assert memberships((await sync_all(phone))[0]) == [left["conversation_seq"]]
+    assert memberships((await sync_all(tablet))[0]) == [joined["conversation_seq"], left["conversation_seq"]]
+    assert memberships([f["event"] for f in c.drain_pushes() if f["type"] == "EVENT"]) == []  # carol left from "phone"
+    assert memberships((await sync_all(c))[0]) == [joined["conversation_seq"]]
+
+
 async def test_per_user_message_rate_is_enforced(acme: TenantHandle) -> None:
     alice = acme.persona("alice")
     group = create_group(alice, acme.persona("bob"))

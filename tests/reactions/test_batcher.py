@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractContextManager
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import Awaitable, Iterator
 
 import pytest
 
 from qimclient import QimClient, QimError
-from tests.conftest import QimDeployment, start_embedded
+from tests.conftest import QimDeployment, start_embedded, tenant_fixture
 from tests.core.conversation_helpers import create_group, send_text
 from tests.harness.batches import counter, lock_held, until_counted
 from tests.harness.personas import Persona, TenantHandle
@@ -116,11 +116,7 @@ def tight_details(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type
     deployment.stop()
 
 
-@pytest.fixture
-async def tight_acme(tight_details: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = tight_details.tenants["acme"]
-    yield handle
-    await handle.close_clients()
+tight_acme = tenant_fixture("tight_details")
 
 
 async def test_a_batch_of_many_users_duplicates_and_refusals_on_sqlite(

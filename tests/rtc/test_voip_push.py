@@ -4,12 +4,12 @@ no badge change, and at most rtc_voip_push_daily_quota per device per day."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import QimDeployment, start_embedded
+from tests.conftest import QimDeployment, start_embedded, tenant_fixture
 from tests.core.test_offline_push import badge
 from tests.harness.personas import Persona, TenantHandle, api_ok
 from tests.rtc.rtc_helpers import direct, new_call_id, signal
@@ -26,11 +26,7 @@ def quota_deployment(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeplo
     deployment.stop()
 
 
-@pytest.fixture
-async def tenant(quota_deployment: QimDeployment) -> AsyncIterator[TenantHandle]:
-    handle = quota_deployment.tenants["acme"]
-    yield handle
-    await handle.close_clients()
+tenant = tenant_fixture("quota_deployment")
 
 
 def register(persona: Persona, device_id: str, **tokens: str) -> None:
