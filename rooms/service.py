@@ -11,6 +11,7 @@ learns where the room's members are, and a dead node's counts are dropped.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from typing import Any
@@ -19,12 +20,13 @@ from django.conf import settings
 from django.db import transaction
 from ulid import ULID
 
+from qim.background import spawn
 from qim.conf import limit
 from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_channel, node_message_handler
 from rooms.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore, node_of
-from rooms.local import LocalRooms
+from rooms.local import LocalRoom, LocalRooms
 from rooms.models import Room
 from rooms.ring import RoomRing
 from rooms.writer import RoomWriter, TokenBucket
@@ -63,16 +65,20 @@ class RoomService:
         self.local = LocalRooms(node.foreground, node.counters)
         self._locks: dict[str, asyncio.Lock] = {}
         self._started = False
+        self._report_seqs = itertools.count(1)
 
     @property
     def lease_ttl_s(self) -> float:
         return settings.QIM_ROOM_LEASE_TTL_S
 
     def ensure_started(self) -> None:
+        """Start renewing leases and re-reporting counts, on the first join or writer here:
+        a node that only has members must re-report too, or a count lost or overtaken on its
+        way stays wrong."""
         if not self._started:
             self._started = True
-            asyncio.create_task(self._renew_leases(), name="qim-room-leases")
-            asyncio.create_task(self._report_counts(), name="qim-room-counts")
+            spawn(self._renew_leases(), name="qim-room-leases")
+            spawn(self._report_counts(), name="qim-room-counts")
 
     # --- finding (or becoming) the writer -------------------------------------------------
 
@@ -204,7 +210,7 @@ class RoomService:
             # under the same holder string starts with an empty count table.
             stale = time.monotonic() - room.reported_at > REREPORT_S
             if holder is None or holder != room.reported_holder or stale:
-                await self.call_writer(room.key, "room.count", {"node": self.node.node_id, "count": room.count})
+                await self.call_writer(room.key, "room.count", self.count_report(room))
                 (room.reported_holder,) = await self.leases.holders([room.key])
                 room.reported_at = time.monotonic()
         live = await self.node.directory.live_nodes()
@@ -213,10 +219,20 @@ class RoomService:
             for writer in self.writers.values():
                 writer.drop_nodes(live)
 
+    def count_report(self, room: LocalRoom | None) -> dict[str, Any]:
+        """What this node tells a room's writer of its members there: the count now, and the
+        report's place among this node's reports (this process's holder, which sorts after
+        an earlier process's, then a sequence), so the writer keeps the newest whatever the
+        order they arrive in."""
+        return {
+            "node": self.node.node_id,
+            "count": room.count if room is not None else 0,
+            "order": [self.holder, next(self._report_seqs)],
+        }
+
     async def report_count(self, key: str) -> None:
-        room = self.local.rooms.get(key)
-        count = room.count if room is not None else 0
-        await self.call_writer(key, "room.count", {"node": self.node.node_id, "count": count}, acquire=count > 0)
+        report = self.count_report(self.local.rooms.get(key))
+        await self.call_writer(key, "room.count", report, acquire=report["count"] > 0)
 
 
 async def _layer_send(channel: str, message: dict[str, Any]) -> None:
@@ -247,15 +263,20 @@ def get_room_service() -> RoomService:
 @node_call_handler("room.join")
 async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
     writer = get_room_service().local_writer(body["key"])
-    writer.set_count(body["node"], body["count"])
+    writer.set_count(body["node"], body["count"], report_order(body))
     return {**writer.replay(body.get("after"), body.get("max_bytes")), "online_count": writer.online_count}
 
 
 @node_call_handler("room.count")
 async def answer_count(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
     writer = get_room_service().local_writer(body["key"])
-    writer.set_count(body["node"], body["count"])
+    writer.set_count(body["node"], body["count"], report_order(body))
     return {"online_count": writer.online_count}
+
+
+def report_order(body: dict[str, Any]) -> tuple[str, int] | None:
+    order = body.get("order")
+    return (str(order[0]), int(order[1])) if order else None
 
 
 @node_call_handler("room.replay")

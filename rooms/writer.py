@@ -53,6 +53,10 @@ class RoomWriter:
     # Until when the lease is known to be ours (monotonic); past it, nothing is appended.
     lease_valid_until: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
+    # Per node, the place of the report its count came from (RoomService.count_report): one
+    # node's reports can arrive out of order (concurrent joins and leaves), and an older one
+    # must not undo a newer, or a node with members could be left out of the batches.
+    count_orders: dict[str, tuple[str, int]] = field(default_factory=dict)
     # When the room last had a member or a message (monotonic): see idle_for().
     last_active: float = field(default_factory=time.monotonic)
     _recent_sends: "OrderedDict[tuple[str, str], dict]" = field(default_factory=OrderedDict)
@@ -60,7 +64,12 @@ class RoomWriter:
     def holds_lease(self) -> bool:
         return time.monotonic() < self.lease_valid_until
 
-    def set_count(self, node_id: str, count: int) -> None:
+    def set_count(self, node_id: str, count: int, order: tuple[str, int] | None = None) -> None:
+        """Keep `count` members for `node_id`, unless `order` says a later report is kept."""
+        if order is not None:
+            if order <= self.count_orders.get(node_id, ("", 0)):
+                return
+            self.count_orders[node_id] = order
         if count > 0:
             self.counts[node_id] = count
         else:
@@ -70,6 +79,7 @@ class RoomWriter:
         """Forget nodes that died (their connections are gone with them)."""
         for node_id in [n for n in self.counts if n not in live]:
             del self.counts[node_id]
+            self.count_orders.pop(node_id, None)
 
     @property
     def online_count(self) -> int:

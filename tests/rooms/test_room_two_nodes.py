@@ -69,8 +69,7 @@ async def test_a_storm_of_joins_waits_for_redis_connections_instead_of_failing(s
     clients = [await tenant.persona(f"joiner{i}").connect(n2) for i in range(60)]
     replies = await asyncio.gather(*(join(client, room) for client in clients))
     assert all(reply["type"] == "ROOM_BATCH" and reply["room_id"] == room for reply in replies)
-    deadline = asyncio.get_running_loop().time() + 10  # node 2 reports its count in the background
-    while api_ok(n2, "GET", f"rooms/{room}", tenant.admin_token)["online_count"] != 61:
-        assert asyncio.get_running_loop().time() < deadline, "node 2's members were never all counted"
-        await asyncio.sleep(0.2)
+    # Each join told the writer node 2's count as it was then, and the writer answered them
+    # all; whatever order they reached it in, it keeps the newest (RoomWriter.count_orders).
+    assert api_ok(n2, "GET", f"rooms/{room}", tenant.admin_token)["online_count"] == 61
     await tenant.close_clients()
