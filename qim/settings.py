@@ -72,6 +72,10 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # Ours too: how long a call's device may stay disconnected (a network switch, a
     # reconnect) before the server ends the call for it (rtc/departures.py).
     "rtc_disconnect_grace_s": 10,
+    # Ours: how many distinct reaction keys one message may carry. REACTION_UPDATE, REACT's
+    # ACK and the message's `reactions` carry the whole `counts` map, about 45 bytes a key;
+    # unbounded, a message with some 20 000 keys would outgrow the frame cap.
+    "reaction_max_keys_per_message": 50,
 }
 
 

@@ -162,20 +162,26 @@ def _write_diff(conversation: Conversation, summary: MessageReactionSummary, bef
 
 
 def _apply(conversation: Conversation, summary: MessageReactionSummary, requests: list[ReactRequest],
-           small_group: bool) -> list[ReactOutcome]:
+           small_group: bool) -> list[ReactOutcome | Refused]:
     """Each REACT in arrival order against the in-memory state, exactly as one transaction
-    per REACT would have done it; then one write of the difference and one summary update."""
+    per REACT would have done it; then one write of the difference and one summary update.
+    An add of a key the message does not carry yet, when it carries
+    `reaction_max_keys_per_message` already, is refused `conflict`."""
     seq = summary.conversation_seq
     fps = {(r.user_pk, r.reaction_key): fingerprint(r.user_pk, r.reaction_key) for r in requests}
     before = _stored(conversation, summary, fps)
     state = _Stored(set(before.details), set(before.fingerprints))
     counts, version, detail_rows = dict(summary.counts), summary.summary_version, summary.detail_rows
     max_details = limit("reaction_detail_max_per_message")
+    max_keys = limit("reaction_max_keys_per_message")
     snapshot = dict(counts)
-    outcomes: list[ReactOutcome] = []
+    outcomes: list[ReactOutcome | Refused] = []
     for request in requests:
         pair = (request.user_pk, request.reaction_key)
         present = pair in state.details or fps[pair] in state.fingerprints
+        if request.action == "add" and not present and request.reaction_key not in counts and len(counts) >= max_keys:
+            outcomes.append(Refused("conflict", f"this message already has {len(counts)} different reactions, the most it can have"))
+            continue
         if request.action == "add" and not present:
             if small_group and detail_rows < max_details:
                 state.details.add(pair)

@@ -35,7 +35,7 @@ from rtc.calls import (
     Call,
     get_call_store,
 )
-from rtc.departures import CallDepartures
+from rtc.departures import CallDepartures, OrphanedCalls
 from rtc.models import CallRecord, VoipPushQuota
 from rtc.queries import access_call_parties
 from rtc.relay import notify_server_signal, notify_signal, route_to_other_party
@@ -306,6 +306,14 @@ _STEPS: dict[tuple[str, str, str], Step] = {
 
 ring_timers = RingTimers(expire_ringing_call, get_call_store)
 departures = CallDepartures(end_abandoned_call, takes_part, get_call_store, get_node)
+orphaned_calls = OrphanedCalls(end_abandoned_call, get_call_store, get_node)
+
+
+def ensure_sweeping() -> None:
+    """Start this node's sweeps of ringing calls past their deadline and of accepted calls
+    whose device is gone; called whenever RTC traffic touches the node."""
+    ring_timers.ensure_sweeping()
+    orphaned_calls.ensure_sweeping()
 
 
 # --- database writes: each sync function runs in a database thread and opens its own

@@ -111,6 +111,13 @@ class CallStore(Protocol):
     async def forget_ringing(self, tenant_id: int, call_id: str) -> None:
         """Drop a call from the ringing index (its record expired or it is not ringing)."""
 
+    async def accepted_page(self, offset: int, limit: int) -> list[tuple[int, str]]:
+        """(tenant, call_id) of accepted calls, `limit` from `offset` in a stable order: for
+        the sweep that ends calls whose device's node died (rtc/departures.py)."""
+
+    async def forget_accepted(self, tenant_id: int, call_id: str) -> None:
+        """Drop a call from the accepted index (its record expired)."""
+
 
 def _busy_marks(calls: list[Call | None], now_ms: int) -> bool:
     """Is any of a user's calls still holding them: accepted, or ringing within its deadline?
@@ -194,6 +201,13 @@ class MemoryCallStore:
     async def forget_ringing(self, tenant_id: int, call_id: str) -> None:
         return None
 
+    async def accepted_page(self, offset: int, limit: int) -> list[tuple[int, str]]:
+        accepted = sorted(key for key, (call, _) in list(self._calls.items()) if call.state == ACCEPTED)
+        return accepted[offset : offset + limit]
+
+    async def forget_accepted(self, tenant_id: int, call_id: str) -> None:
+        return None
+
 
 # KEYS: call, caller's active set, callee's active set, ringing index.
 # ARGV: now_ms, active ttl ms, ended ttl ms, ringing member, deadline, call_id, call key
@@ -225,8 +239,9 @@ redis.call('ZADD', KEYS[4], ARGV[5], ARGV[4])
 return 1
 """
 
-# KEYS: as _CREATE. ARGV: from state, to state, ringing-until ms or '', active ttl ms,
-# ended ttl ms, call_id, ringing member, then field/value pairs. Answers {applied, HGETALL}.
+# KEYS: as _CREATE, then the accepted index. ARGV: from state, to state, ringing-until ms or
+# '', active ttl ms, ended ttl ms, call_id, index member, then field/value pairs. Answers
+# {applied, HGETALL}.
 _TRANSITION = """
 local st = redis.call('HMGET', KEYS[1], 'state', 'ring_deadline_ms')
 if st[1] ~= ARGV[1] then return {0, redis.call('HGETALL', KEYS[1])} end
@@ -238,9 +253,11 @@ if ARGV[2] == 'ended' then
   redis.call('SREM', KEYS[2], ARGV[6])
   redis.call('SREM', KEYS[3], ARGV[6])
   redis.call('ZREM', KEYS[4], ARGV[7])
+  redis.call('ZREM', KEYS[5], ARGV[7])
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
 else
   if ARGV[2] ~= 'ringing' then redis.call('ZREM', KEYS[4], ARGV[7]) end
+  if ARGV[2] == 'accepted' then redis.call('ZADD', KEYS[5], 0, ARGV[7]) end
   for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
 end
 return {1, redis.call('HGETALL', KEYS[1])}
@@ -249,7 +266,8 @@ return {1, redis.call('HGETALL', KEYS[1])}
 
 class RedisCallStore:
     """Several nodes: a hash per call, a set of active call_ids per user (busy detection),
-    and one sorted set of ringing calls scored by deadline (the orphan sweep). Transitions are
+    one sorted set of ringing calls scored by deadline (the orphan sweep) and one of accepted
+    calls (the sweep for calls whose device's node died, rtc/departures.py). Transitions are
     Lua scripts, so the check and the write are one atomic step on the server.
 
     The create script reads the callee's other call hashes by a key built from a prefix: fine
@@ -259,6 +277,7 @@ class RedisCallStore:
     CALLS = "qim:rtc:call:"
     ACTIVE = "qim:rtc:active:"
     RINGING = "qim:rtc:ringing"
+    ACCEPTED = "qim:rtc:accepted"
 
     def __init__(self, redis_factory: Callable[[], Any]) -> None:
         self._redis = redis_factory
@@ -272,6 +291,7 @@ class RedisCallStore:
             f"{self.ACTIVE}{call.tenant_id}:{call.caller_id}",
             f"{self.ACTIVE}{call.tenant_id}:{call.callee_id}",
             self.RINGING,
+            self.ACCEPTED,
         ]
 
     @staticmethod
@@ -285,7 +305,7 @@ class RedisCallStore:
     async def create(self, call: Call, now_ms: int) -> Call | None:
         redis = self._redis()
         created = await redis.eval(
-            _CREATE, 4, *self._keys(call),
+            _CREATE, 4, *self._keys(call)[:4],
             now_ms, ACTIVE_TTL_S * 1000, ENDED_TTL_S * 1000,
             self._member(call.tenant_id, call.call_id), call.ring_deadline_ms, call.call_id,
             f"{self.CALLS}{call.tenant_id}:", *self._pairs(call.to_fields()),
@@ -304,7 +324,7 @@ class RedisCallStore:
         self, call: Call, to_state: str, changes: dict[str, Any], *, ringing_until_ms: int | None = None
     ) -> Call | None:
         applied, flat = await self._redis().eval(
-            _TRANSITION, 4, *self._keys(call),
+            _TRANSITION, 5, *self._keys(call),
             call.state, to_state, "" if ringing_until_ms is None else ringing_until_ms,
             ACTIVE_TTL_S * 1000, ENDED_TTL_S * 1000, call.call_id,
             self._member(call.tenant_id, call.call_id), *self._pairs(changes),
@@ -342,6 +362,13 @@ class RedisCallStore:
 
     async def forget_ringing(self, tenant_id: int, call_id: str) -> None:
         await self._redis().zrem(self.RINGING, self._member(tenant_id, call_id))
+
+    async def accepted_page(self, offset: int, limit: int) -> list[tuple[int, str]]:
+        members = await self._redis().zrange(self.ACCEPTED, offset, offset + limit - 1)
+        return [(int(tenant), call_id) for tenant, _, call_id in (m.partition(":") for m in members)]
+
+    async def forget_accepted(self, tenant_id: int, call_id: str) -> None:
+        await self._redis().zrem(self.ACCEPTED, self._member(tenant_id, call_id))
 
 
 _store: CallStore | None = None

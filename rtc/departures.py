@@ -9,11 +9,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from qim.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.gateway.connection import Connection
 from qim.gateway.node import ConnectionNode
-from rtc.calls import Call, CallStore
+from rtc.calls import ACCEPTED, Call, CallStore
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ class CallDepartures:
 
     The grace covers a reconnect (a network switch mid-call: the media runs through the
     SFU/TURN, not this socket); it runs on the node the device left, so if that node dies
-    meanwhile the call is not ended here (ringing calls still time out; accepted ones expire).
+    meanwhile the call is not ended here (ringing calls still time out; accepted ones are
+    ended by OrphanedCalls, below).
     """
 
     def __init__(
@@ -92,3 +94,72 @@ class CallDepartures:
             c.device_id == device_id and c.connection_id in node.connections
             for c in node.local_connections_of(user_key)
         )
+
+
+class OrphanedCalls:
+    """Accepted calls whose device went with its node: CallDepartures runs the grace on the
+    node a device left, so a node that dies takes its devices' graces with it, and their calls
+    would keep both users busy until the record expires (3 h).
+
+    Every node that handles RTC traffic sweeps the accepted calls, a page a second: a party's
+    device that the presence directory shows on no node (a dead node's entries go after
+    presence_ttl_s) and that stays so for rtc_disconnect_grace_s has its call ended as a
+    departure would (`end`, compare-and-set, so several sweepers and the departure itself
+    end it once). The call's end is when the sweep first saw the device gone: up to
+    presence_ttl_s later than it really went.
+    """
+
+    period_s = 1.0
+    page = 200
+
+    def __init__(
+        self, end: End, store: Callable[[], CallStore], node: Callable[[], ConnectionNode],
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self._end = end
+        self._store = store
+        self._node = node
+        self._clock = clock
+        self._offset = 0
+        # (tenant, call_id, user_id, device_id) -> when this node first saw the device gone.
+        self._gone_since: dict[tuple[int, str, str, str], int] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def ensure_sweeping(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = spawn(self._sweep_forever(), name="qim-rtc-orphaned-calls")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            try:
+                await self.sweep_once()
+            except Exception:
+                logger.exception("sweep of accepted calls failed; retrying")
+
+    async def sweep_once(self) -> int:
+        """Look at the next page of accepted calls; answers how many this sweep ended."""
+        store, directory = self._store(), self._node().directory
+        calls = await store.accepted_page(self._offset, self.page)
+        self._offset = self._offset + len(calls) if len(calls) == self.page else 0
+        grace_ms = CallDepartures.grace_s() * 1000
+        ended = 0
+        for tenant_id, call_id in calls:
+            call = await store.get(tenant_id, call_id)
+            if call is None:
+                await store.forget_accepted(tenant_id, call_id)  # its record expired
+            parties = [] if call is None or call.state != ACCEPTED else [
+                (call.caller_id, call.caller_device_id), (call.callee_id, call.callee_device_id)
+            ]
+            for user_id, device_id in parties:
+                key = (tenant_id, call_id, user_id, device_id)
+                if await directory.device_nodes(tenant_id, user_id, device_id):
+                    self._gone_since.pop(key, None)
+                    continue
+                since = self._gone_since.setdefault(key, self._clock())
+                if self._clock() - since >= grace_ms and await self._end(tenant_id, call_id, user_id, device_id, since):
+                    ended += 1
+            if not parties:
+                for key in [k for k in self._gone_since if k[:2] == (tenant_id, call_id)]:
+                    del self._gone_since[key]
+        return ended

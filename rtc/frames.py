@@ -13,7 +13,7 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.gateway.node import ConnectionNode, node_message_handler, on_disconnect
 from qim.ratelimit import check_rate
-from rtc.actions import INVITE, Signal, check_rtc_signal, departures, ring_timers
+from rtc.actions import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
 from rtc.relay import DELIVER, deliver_local
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -49,7 +49,7 @@ async def handle_rtc_signal(conn: Connection, frame: RtcSignal) -> dict:
         raise Refused("bad_frame", "target_user_id is yourself")
     if frame.action == INVITE:
         await check_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id)
-    ring_timers.ensure_sweeping()
+    ensure_sweeping()
     signal = Signal(frame.conversation_id, frame.target_user_id, frame.call_id, frame.action, payload_json)
     ack = await check_rtc_signal(conn, signal)
     return ack.frame()
@@ -57,8 +57,9 @@ async def handle_rtc_signal(conn: Connection, frame: RtcSignal) -> dict:
 
 @node_message_handler(DELIVER)
 async def on_rtc_deliver(node: ConnectionNode, message: dict[str, Any]) -> None:
-    # A node that serves a party watches for orphaned ringing calls too (rtc/ring_timer.py).
-    ring_timers.ensure_sweeping()
+    # A node that serves a party watches for orphaned calls too (rtc/ring_timer.py,
+    # rtc/departures.py OrphanedCalls).
+    ensure_sweeping()
     await deliver_local(node, message)
 
 

@@ -27,6 +27,7 @@ def small_limits(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type:
     deployment = start_embedded(sqlite_template, work_dir, extra_env={
         "QIM_REACTION_DETAIL_MAX_MEMBERS": "3", "QIM_REACTION_DETAIL_MAX_PER_MESSAGE": "2",
         "QIM_PER_USER_REACTION_RATE": "100", "QIM_REACTION_PUSH_MERGE_WINDOW_S": "0.5",
+        "QIM_REACTION_MAX_KEYS_PER_MESSAGE": "3",
     })
     yield deployment
     deployment.stop()
@@ -136,6 +137,28 @@ async def test_details_stop_at_the_limits_and_idempotency_holds_past_them(small_
     assert removed["counts"] == twice["counts"] == {"+1": 3}
     third = await react(clients[1], small, small_seq, "c", action="remove")
     assert third["counts"] == {"a": 1, "b": 1}
+
+
+async def test_a_message_carries_at_most_so_many_different_keys(small_limits: QimDeployment) -> None:
+    """reaction_max_keys_per_message (3 here): a fourth key is refused `conflict` and writes
+    nothing; the keys it has still take reactions; a key whose count falls to 0 frees its
+    place. The same with details (2 members) and past them (4 members: aggregate only)."""
+    tenant = small_limits.tenants["acme"]
+    people = [tenant.persona(f"k{i}") for i in range(4)]
+    clients = [await p.connect() for p in people]
+    assert clients[0].auth_ok["limits"]["reaction_max_keys_per_message"] == 3
+    for group in (create_group(people[0], people[1]), create_group(people[0], *people[1:])):
+        seq = (await send_text(clients[0], group, "react"))["conversation_seq"]
+        for key in ("a", "b", "c"):
+            await react(clients[1], group, seq, key)
+        with pytest.raises(QimError) as refused:
+            await react(clients[1], group, seq, "d")
+        assert refused.value.code == "conflict"
+        history = await clients[0].request("HISTORY", conversation_id=group)
+        assert history["messages"][0]["reactions"] == {"counts": {"a": 1, "b": 1, "c": 1}, "summary_version": 3}
+        assert (await react(clients[0], group, seq, "a"))["counts"] == {"a": 2, "b": 1, "c": 1}
+        await react(clients[1], group, seq, "c", action="remove")
+        assert (await react(clients[1], group, seq, "d"))["counts"] == {"a": 2, "b": 1, "d": 1}
 
 
 async def test_pushes_go_to_online_members_merged_per_window(small_limits: QimDeployment) -> None:

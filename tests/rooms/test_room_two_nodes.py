@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from redis import asyncio as aioredis
 
 from tests.conftest import QimDeployment, start_cluster
+from tests.harness.batches import counter
 from tests.harness.personas import TenantHandle, api_ok
-from tests.rooms.room_helpers import collect_room_events, create_room, join, room_send
+from tests.rooms.room_helpers import collect_room_events, create_room, epoch_of, join, room_send
 
 
 def layer_received(node, token: str) -> int:  # type: ignore[no-untyped-def]
@@ -72,4 +74,50 @@ async def test_a_storm_of_joins_waits_for_redis_connections_instead_of_failing(s
     # Each join told the writer node 2's count as it was then, and the writer answered them
     # all; whatever order they reached it in, it keeps the newest (RoomWriter.count_orders).
     assert api_ok(n2, "GET", f"rooms/{room}", tenant.admin_token)["online_count"] == 61
+    await tenant.close_clients()
+
+
+@pytest.fixture(scope="module")
+def idle_rooms_cluster(postgres, pg_template, redis_proc, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+    """Writers give idle rooms up after 1 s; leases last 3 s (renewed every second), rings 1.2 s."""
+    deployment = start_cluster(postgres, pg_template, redis_proc, work_dir, extra_env={
+        "QIM_ROOM_WRITER_IDLE_S": "1", "QIM_ROOM_LEASE_TTL_S": "3", "QIM_ROOM_LOG_RETENTION_MINUTES": "0.02",
+    })
+    yield deployment
+    deployment.stop()
+
+
+async def test_an_idle_room_releases_its_redis_lease_and_the_other_node_takes_it(
+    idle_rooms_cluster: QimDeployment,
+) -> None:
+    """The writer deletes its lease in Redis when it retires (RedisLeaseStore.release), not
+    leaving it to expire: right after, the key is gone, and a join on node 2 makes node 2 the
+    writer at the next epoch."""
+    n1, n2 = idle_rooms_cluster.nodes
+    tenant = idle_rooms_cluster.tenants["acme"]
+    alice, bob = tenant.persona("alice"), tenant.persona("bob")
+    room = create_room(alice)
+    a = await alice.connect(n1)
+    first = await join(a, room)  # node 1 becomes the writer
+    await room_send(a, room, "before")
+    redis = aioredis.Redis.from_url(idle_rooms_cluster.env["QIM_REDIS_URL"], decode_responses=True)
+    try:
+        [lease] = [k for k in await redis.keys("qim:room:lease:*") if k.endswith(f":{room}")]
+        assert (await redis.get(lease)).startswith(f"{n1.node_id}:")
+        await a.request("ROOM_LEAVE", room_id=room)
+
+        deadline = asyncio.get_running_loop().time() + 15
+        while counter(n1, tenant, "room_writers_retired") < 1:
+            assert asyncio.get_running_loop().time() < deadline, "node 1 never gave the idle room up"
+            await asyncio.sleep(0.05)
+        # A lease left to expire would still be there: it was renewed within the last second.
+        assert await redis.get(lease) is None
+    finally:
+        await redis.aclose()
+
+    b = await bob.connect(n2)
+    again = await join(b, room, after=first["latest_room_seq"] + 1)
+    assert again["room_epoch"] == first["room_epoch"] + 1 and again["replay_truncated_reason"] == "epoch_changed"
+    assert epoch_of((await room_send(b, room, "after"))["room_seq"]) == first["room_epoch"] + 1
+    assert counter(n2, tenant, "room_writers_retired") == 0
     await tenant.close_clients()
