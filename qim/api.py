@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from qim.actions.accounts import do_create_user, do_login, do_set_push_credentials
+from qim.actions.accounts import do_clear_push_credentials, do_create_user, do_login, do_set_push_credentials
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
 from qim.gateway.node import get_node
 from qim.moderation import ModerationService, Moderator
@@ -107,13 +107,19 @@ class MemberView(APIView):
 
 
 class DevicePushView(APIView):
-    """Register the push credentials of one of the caller's own devices."""
+    """Register (POST) or forget (DELETE) the push credentials of one of the caller's own
+    devices."""
 
     @extend_schema(request=PushCredentialsSerializer, responses={200: dict})
     def post(self, request: Request, device_id: str) -> Response:
         data = valid(PushCredentialsSerializer, request)
         do_set_push_credentials(request.user, device_id, data["platform"], data["push_token"], data["voip_token"])
         return Response({"device_id": device_id, "platform": data["platform"]})
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, device_id: str) -> Response:
+        do_clear_push_credentials(request.user, device_id)
+        return Response(status=204)
 
 
 class ModerationRecallView(APIView):

@@ -58,6 +58,8 @@ def message_object(
     }
     if record.edited_at_ms is not None:
         message["edited_at_ms"] = record.edited_at_ms
+    if record.kind == MessageRecord.MESSAGE and record.target_conversation_seq is not None:
+        message["target_conversation_seq"] = record.target_conversation_seq  # anchor_target types
     if viewer_user_pk is not None and viewer_user_pk == record.sender_id:
         message.update(own_deadlines(record, now_ms()))
     return message

@@ -140,3 +140,10 @@ def do_set_push_credentials(user: User, device_id: str, platform: str, push_toke
     device.push_platform, device.push_token, device.voip_token = platform, push_token, voip_token
     device.save(update_fields=["push_platform", "push_token", "voip_token"])
     return device
+
+
+def do_clear_push_credentials(user: User, device_id: str) -> None:
+    """Forget a device's push credentials (a logout, push turned off): no new PushTask names
+    it, and its pending ones fail at the worker without a send. `not_found` as above."""
+    if not Device.objects.filter(user=user, device_id=device_id).update(push_platform="", push_token="", voip_token=""):
+        raise Refused("not_found", f"no device {device_id!r} of yours")

@@ -44,6 +44,7 @@ async def handle_presence_sub(conn: Connection, frame: PresenceSub) -> dict:
     for user_id in wanted:
         await node.watch_presence(conn, user_id)
     presence = await node.directory.online(conn.tenant_id, wanted)
+    conn.presence_told.update(presence)
     return {"type": "ACK", "presence": presence}
 
 

@@ -31,6 +31,9 @@ class Connection:
     user: Any = None
     # Users whose PRESENCE this connection subscribed to.
     presence_watch: set[str] = field(default_factory=set)
+    # What this connection was last told of each watched user (the ACK, then PRESENCE pushes):
+    # ConnectionNode._reconcile_presence tells it again when the directory says otherwise.
+    presence_told: dict[str, bool] = field(default_factory=dict)
     rooms: set[str] = field(default_factory=set)
 
     @property

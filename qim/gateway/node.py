@@ -214,6 +214,10 @@ class ConnectionNode:
                 await self.directory.heartbeat(self.node_id, self.local_devices(), list(self._watchers))
             except Exception:
                 logger.exception("presence heartbeat failed")
+            try:
+                await self._reconcile_presence()
+            except Exception:
+                logger.exception("presence reconciliation failed")
             await asyncio.sleep(period)
 
     # --- the local index ---------------------------------------------------------------
@@ -283,6 +287,7 @@ class ConnectionNode:
     async def unwatch_presence(self, conn: Connection, user_id: str) -> None:
         watched = (conn.tenant_id, user_id)
         conn.presence_watch.discard(user_id)
+        conn.presence_told.pop(user_id, None)
         watchers = self._watchers.get(watched)
         if watchers is None:
             return
@@ -296,8 +301,36 @@ class ConnectionNode:
         text = encode({"type": "PRESENCE", "user_id": user[1], "online": online})
         for node_id in await self.directory.watcher_nodes(user):
             await self.send_batch(
-                node_id, {"tenant": user[0], "watchers_of": user[1], "text": text}
+                node_id, {"tenant": user[0], "watchers_of": user[1], "online": online, "text": text}
             )
+
+    async def _reconcile_presence(self) -> None:
+        """Tell this node's watchers of users who went with a dead node. A node that dies
+        announces nothing: its users' directory entries expire after presence_ttl_s, and each
+        watching node notices it here, on its heartbeat (a user its watchers were told is
+        online is not, or the other way round when a notice was lost). Only with several nodes:
+        one process cannot outlive itself."""
+        if not self._watchers or await self.directory.live_nodes() is None:
+            return
+        by_tenant: dict[int, list[str]] = defaultdict(list)
+        for tenant_id, user_id in self._watchers:
+            by_tenant[tenant_id].append(user_id)
+        for tenant_id, user_ids in by_tenant.items():
+            for user_id, online in (await self.directory.online(tenant_id, user_ids)).items():
+                misinformed = [
+                    conn for conn in self._watchers.get((tenant_id, user_id), ())
+                    if conn.presence_told.get(user_id, online) != online
+                ]
+                if not misinformed:
+                    continue
+                text = encode({"type": "PRESENCE", "user_id": user_id, "online": online})
+                for conn in misinformed:
+                    conn.presence_told[user_id] = online
+                    try:
+                        await conn.send_text(text)
+                        self.counters["presence_reconciled"] += 1
+                    except Exception:
+                        logger.warning("presence to connection %s failed", conn.connection_id)
 
     # --- fan-out -------------------------------------------------------------------
 
@@ -350,7 +383,11 @@ class ConnectionNode:
         each local target socket."""
         text = batch.get("text")
         per_user = batch.get("per_user")
+        # A presence notice: remember what each watcher was told (_reconcile_presence).
+        told = (batch["watchers_of"], batch["online"]) if "online" in batch else None
         for conn in self._targets(batch):
+            if told is not None:
+                conn.presence_told[told[0]] = told[1]
             if text is None:
                 frame = batch["head"] + per_user[conn.user_id] + batch["tail"]
             else:

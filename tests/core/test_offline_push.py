@@ -70,3 +70,31 @@ async def test_push_credentials_only_for_your_own_devices(acme: TenantHandle) ->
     assert (answer.status_code, answer.json()["code"]) == (404, "not_found")
     bad = api(acme.node, "POST", "devices/laptop/push", alice.token("laptop"), json={"platform": "windows", "push_token": "t"})
     assert (bad.status_code, bad.json()["code"]) == (400, "bad_request")
+
+
+async def test_forgotten_credentials_make_no_more_tasks(embedded: QimDeployment, acme: TenantHandle) -> None:
+    """DELETE devices/{id}/push: the device's tokens go, so the next counted message queues
+    nothing for it. The id names one of the caller's own devices; one never logged in is
+    not found."""
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    register_push(bob, "phone")
+    group = create_group(alice, bob)
+    a = await alice.connect()
+    await send_text(a, group, "before")
+    assert push_tasks(embedded, bob, "phone") == 1
+
+    refused = api(acme.node, "DELETE", "devices/never-logged-in/push", bob.token())
+    assert (refused.status_code, refused.json()["code"]) == (404, "not_found")
+    # A device id names one of the caller's own devices: alice clearing "phone" clears hers.
+    assert api(acme.node, "DELETE", "devices/phone/push", alice.token()).status_code == 204
+    assert push_tasks(embedded, bob, "phone") == 1
+    await send_text(a, group, "still pushed")
+    assert push_tasks(embedded, bob, "phone") == 2
+
+    cleared = api(acme.node, "DELETE", "devices/phone/push", bob.token("tablet"))  # any device of bob's
+    assert cleared.status_code == 204 and cleared.content == b""
+    await send_text(a, group, "after")
+    assert push_tasks(embedded, bob, "phone") == 2
+    register_push(bob, "phone")  # registering again brings the pushes back
+    await send_text(a, group, "again")
+    assert push_tasks(embedded, bob, "phone") == 3

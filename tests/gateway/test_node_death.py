@@ -1,4 +1,5 @@
-"""A node killed with SIGKILL leaves no ghost presence, and clients reconnect elsewhere."""
+"""A node killed with SIGKILL leaves no ghost presence (its users' watchers are told they went
+offline), and clients reconnect elsewhere."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ async def test_a_killed_nodes_users_go_offline_after_the_ttl(short_ttl_cluster: 
     try:
         assert await watcher.subscribe_presence([bob.user_id]) == {bob.user_id: True}
         n2.kill()  # no disconnect handler runs: only the directory's expiry can clean up
+        # Node 1 notices on its heartbeat that bob's entries expired, and tells its watchers.
+        pushed = await watcher.next_push(timeout=10, type="PRESENCE")
+        assert (pushed["user_id"], pushed["online"]) == (bob.user_id, False)
+        assert n1.stats(tenant.admin_token)["counters"]["presence_reconciled"] == 1
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             state = await watcher.request("PRESENCE_SUB", user_ids=[bob.user_id])

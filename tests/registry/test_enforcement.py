@@ -157,8 +157,16 @@ async def test_anchor_target_types_need_a_target_and_do_not_move_the_list(acme: 
     with pytest.raises(QimError) as refused:
         await send(a, group, vote, {"choice": 1}, target_conversation_seq=99)
     assert refused.value.code == "not_found"
+    b = await bob.connect()
     ack = await send(a, group, vote, {"choice": 1}, target_conversation_seq=1)
     assert ack["conversation_seq"] == 2
+    pushed = (await b.next_push(timeout=5, type="EVENT"))["event"]["message"]
+    while pushed["conversation_seq"] != 2:
+        pushed = (await b.next_push(timeout=5, type="EVENT"))["event"]["message"]
+    assert (pushed["content_type"], pushed["target_conversation_seq"]) == (vote, 1)
+    synced = {e["message"]["conversation_seq"]: e["message"] for e in (await b.request("SYNC", after_mailbox_seq=0))["events"]
+              if e["conversation_id"] == group}
+    assert synced[2]["target_conversation_seq"] == 1 and "target_conversation_seq" not in synced[1]
     item = next(i for i in (await a.request("CONVERSATIONS"))["items"] if i["conversation_id"] == group)
     assert item["preview"] == "poll"
     bad = api(acme.node, "POST", "registry/types", acme.admin_token, json={"custom_type": "acme.bad.v1", "max_payload_bytes": 999999})
