@@ -102,6 +102,10 @@ QIM_PUSH_TASK_RETENTION_S = env.float("QIM_PUSH_TASK_RETENTION_S", default=7 * 2
 # How old a node's copy of a tenant's registry may get before it re-checks the version in
 # the database (the fallback when a change notice is missed; protocol.md §6 asks for 1 s).
 QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
+# How many types (built-in and disabled ones included) one tenant's registry may hold: the
+# REGISTRY reply carries them all in one frame, 300 bytes to 1 KiB each (long names and
+# templates), so 500 stay under the default frame cap whatever they hold.
+QIM_MAX_CUSTOM_TYPES_PER_TENANT = env.int("QIM_MAX_CUSTOM_TYPES_PER_TENANT", default=500)
 # How long a RoomWriter's lease lasts without renewal (renewed every third of it): after a
 # writer dies, another node takes the room over within about this long.
 QIM_ROOM_LEASE_TTL_S = env.float("QIM_ROOM_LEASE_TTL_S", default=5.0)

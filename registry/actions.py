@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.forms.models import model_to_dict
 
@@ -55,10 +56,21 @@ def do_create_type(tenant: Tenant, values: dict[str, Any], actor: str, *, builti
     with transaction.atomic():
         if CustomMessageType.objects.filter(tenant=tenant, custom_type=row.custom_type).exists():
             raise Refused("conflict", f"{row.custom_type} is already registered")
-        row.version = _bump(tenant.pk)
+        row.version = _bump(tenant.pk)  # the tenant's row lock: creations count one at a time
+        if not builtin and (full := registry_full(tenant.pk)):
+            raise Refused("conflict", full)
         row.save()
         _record(row, row.version, actor, "create", type_values(row))
     return row
+
+
+def registry_full(tenant_id: int) -> str:
+    """Why the tenant may not register another type, or "" while it may: a REGISTRY reply
+    carries every type in one frame, so their number is bounded."""
+    most = settings.QIM_MAX_CUSTOM_TYPES_PER_TENANT
+    if CustomMessageType.objects.filter(tenant_id=tenant_id).count() < most:
+        return ""
+    return f"the registry holds {most} types, the most a tenant may have (disabled ones count)"
 
 
 def do_update_type(tenant: Tenant, custom_type: str, changes: dict[str, Any], actor: str) -> CustomMessageType:

@@ -8,7 +8,7 @@ from django.contrib import admin
 
 from qim.admin_base import ReadOnlyAdmin
 from qim.errors import Refused
-from registry.actions import InvalidType, do_create_type, do_update_type, type_values
+from registry.actions import InvalidType, do_create_type, do_update_type, registry_full, type_values
 from registry.models import CustomMessageType, CustomMessageTypeChange
 from registry.validation import TYPE_FIELDS, check_type_fields
 
@@ -24,6 +24,8 @@ class CustomMessageTypeForm(forms.ModelForm):
         values = {**(existing or {}), **{k: v for k, v in cleaned.items() if k != "tenant"}}
         for field, message in check_type_fields(values, existing=existing).items():
             self.add_error(field if field in self.fields else None, message)
+        if existing is None and cleaned.get("tenant") and (full := registry_full(cleaned["tenant"].pk)):
+            self.add_error(None, full)
         return cleaned
 
 

@@ -105,6 +105,21 @@ def test_builtin_types_allow_only_counts_unread_and_preview(tenant_admin, operat
     assert row.max_payload_bytes == 4096 and row.timeline_visible is True
 
 
+def test_a_full_registry_refuses_new_types_through_both_doors(tenant_admin, operator: Client, settings) -> None:  # type: ignore[no-untyped-def]
+    """QIM_MAX_CUSTOM_TYPES_PER_TENANT counts every row, built-in and disabled ones too (a
+    REGISTRY reply carries them all); changing a type that exists stays allowed."""
+    boot, client = tenant_admin
+    settings.QIM_MAX_CUSTOM_TYPES_PER_TENANT = CustomMessageType.objects.filter(tenant=boot.tenant).count() + 1
+    assert client.post("/api/v1/registry/types", GOOD, format="json").status_code == 201
+    assert client.delete("/api/v1/registry/types/acme.poll.v1").status_code == 200  # disabled: still counts
+    full = client.post("/api/v1/registry/types", {**GOOD, "custom_type": "acme.vote.v1"}, format="json")
+    assert (full.status_code, full.json()["code"]) == (409, "conflict")
+    page = operator.post("/admin/registry/custommessagetype/add/", admin_form_data(boot.tenant.pk, {**GOOD, "custom_type": "acme.quiz.v1"}))
+    assert page.status_code == 200 and "the most a tenant may have" in str(page.context["adminform"].form.errors)
+    assert not CustomMessageType.objects.filter(custom_type__in=["acme.vote.v1", "acme.quiz.v1"]).exists()
+    assert client.patch("/api/v1/registry/types/acme.poll.v1", {"enabled": True}, format="json").status_code == 200
+
+
 def test_renaming_is_refused_and_duplicates_conflict(tenant_admin) -> None:  # type: ignore[no-untyped-def]
     _, client = tenant_admin
     assert client.post("/api/v1/registry/types", GOOD, format="json").status_code == 201
