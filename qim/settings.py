@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import socket
 from pathlib import Path
 
 import environ
@@ -31,7 +33,17 @@ ALLOWED_HOSTS = env.list("QIM_ALLOWED_HOSTS", default=["localhost", "127.0.0.1",
 QIM_ALLOWED_ORIGINS = env.list(
     "QIM_ALLOWED_ORIGINS", default=["http://localhost:8000", "http://127.0.0.1:8000"]
 )
-QIM_NODE_ID = env.str("QIM_NODE_ID", default="") or f"node-{os.getpid()}"
+
+
+def _default_node_id() -> str:
+    """<host>-<pid>: unique across hosts and across processes of one host (a container's
+    process is often pid 1 on every host, and its hostname is what tells them apart), in the
+    characters a channel name allows."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:48] or "node"
+    return f"{host}-{os.getpid()}"
+
+
+QIM_NODE_ID = env.str("QIM_NODE_ID", default="") or _default_node_id()
 QIM_REDIS_URL = env.str("QIM_REDIS_URL", default="")
 # A node's own Redis connections (presence, leases, calls; the channel layer has its own):
 # past this many in use, callers wait up to the timeout for one (qim/redis_client.py).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
 
@@ -45,6 +47,9 @@ def test_embedded_default_is_sqlite_in_wal_with_immediate_transactions(tmp_path)
     assert seen["journal"] == "wal"
     assert seen["options"]["transaction_mode"] == "IMMEDIATE"
     assert seen["layer"] == "channels.layers.InMemoryChannelLayer"
+    # No QIM_NODE_ID: <host>-<pid>, so two hosts' processes never share an id.
+    host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:48]
+    assert re.fullmatch(rf"{re.escape(host)}-\d+", seen["node"]), seen["node"]
 
 
 def test_every_tunable_has_an_env_override_and_floats_are_allowed(tmp_path) -> None:
