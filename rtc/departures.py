@@ -123,6 +123,9 @@ class OrphanedCalls:
         self._offset = 0
         # (tenant, call_id, user_id, device_id) -> when this node first saw the device gone.
         self._gone_since: dict[tuple[int, str, str, str], int] = {}
+        # The accepted calls seen since the sweep last started from the first page: at the
+        # end of each round, what it remembers of calls no longer accepted is let go.
+        self._round: set[tuple[int, str]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
     def ensure_sweeping(self) -> None:
@@ -141,17 +144,17 @@ class OrphanedCalls:
         """Look at the next page of accepted calls; answers how many this sweep ended."""
         store, directory = self._store(), self._node().directory
         calls = await store.accepted_page(self._offset, self.page)
-        self._offset = self._offset + len(calls) if len(calls) == self.page else 0
         grace_ms = CallDepartures.grace_s() * 1000
         ended = 0
         for tenant_id, call_id in calls:
             call = await store.get(tenant_id, call_id)
             if call is None:
                 await store.forget_accepted(tenant_id, call_id)  # its record expired
-            parties = [] if call is None or call.state != ACCEPTED else [
-                (call.caller_id, call.caller_device_id), (call.callee_id, call.callee_device_id)
-            ]
-            for user_id, device_id in parties:
+                continue
+            if call.state != ACCEPTED:
+                continue
+            self._round.add((tenant_id, call_id))
+            for user_id, device_id in ((call.caller_id, call.caller_device_id), (call.callee_id, call.callee_device_id)):
                 key = (tenant_id, call_id, user_id, device_id)
                 if await directory.device_nodes(tenant_id, user_id, device_id):
                     self._gone_since.pop(key, None)
@@ -159,7 +162,10 @@ class OrphanedCalls:
                 since = self._gone_since.setdefault(key, self._clock())
                 if self._clock() - since >= grace_ms and await self._end(tenant_id, call_id, user_id, device_id, since):
                     ended += 1
-            if not parties:
-                for key in [k for k in self._gone_since if k[:2] == (tenant_id, call_id)]:
-                    del self._gone_since[key]
+        if len(calls) == self.page:
+            self._offset += len(calls)
+        else:  # the round is over: start again from the first page
+            self._offset = 0
+            self._gone_since = {k: v for k, v in self._gone_since.items() if k[:2] in self._round}
+            self._round = set()
         return ended

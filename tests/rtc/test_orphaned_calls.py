@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from qim.gateway.node import ConnectionNode
+from qim.gateway.presence import MemoryPresenceDirectory
+from rtc.calls import ACCEPTED, ENDED, RINGING, Call, MemoryCallStore
+from rtc.departures import CallDepartures, OrphanedCalls
 from tests.conftest import QimDeployment, start_cluster
 from tests.rtc.rtc_helpers import call_records, direct, new_call_id, next_signal, record_rows, rtc_pushes, signal
 
@@ -62,3 +66,38 @@ async def test_an_accepted_call_whose_callee_node_dies_is_ended_by_the_sweep(
         assert rtc_pushes(a) == [] and record_rows(short_presence_cluster, call) == 1
     finally:
         await tenant.close_clients()
+
+
+async def test_the_sweep_waits_out_the_grace_and_forgets_calls_that_ended() -> None:
+    """OrphanedCalls in process, on the real in-memory store and directory, with its clock
+    stepped: a device gone for less than the grace is left alone, one gone for the grace is
+    ended from when the sweep first saw it gone, and nothing is remembered of a call that is
+    no longer accepted (a long-running node must not grow with every call)."""
+    clock = [1_000_000]
+    store, node = MemoryCallStore(clock=lambda: clock[0]), ConnectionNode("n1", MemoryPresenceDirectory())
+    ended: list[tuple] = []
+
+    async def end(*args) -> bool:  # type: ignore[no-untyped-def]
+        ended.append(args)
+        return True
+
+    sweep = OrphanedCalls(end, lambda: store, lambda: node, clock=lambda: clock[0])
+    ringing = Call(tenant_id=1, call_id="c1", conversation_id="conv", caller_id="alice", caller_device_id="phone",
+                   callee_id="bob", state=RINGING, created_at_ms=clock[0], ring_deadline_ms=clock[0] + 60_000)
+    await store.create(ringing, clock[0])
+    call = await store.transition(ringing, ACCEPTED, {"callee_device_id": "tablet", "accepted_at_ms": clock[0]})
+    assert call is not None
+    await node.directory.add("n1", (1, "alice"), "phone")  # bob's tablet is on no node
+
+    grace_ms = int(CallDepartures.grace_s() * 1000)
+    first_seen = clock[0]
+    assert await sweep.sweep_once() == 0
+    clock[0] += grace_ms - 1
+    assert await sweep.sweep_once() == 0 and ended == []
+    clock[0] += 1
+    assert await sweep.sweep_once() == 1
+    assert ended == [(1, "c1", "bob", "tablet", first_seen)]
+
+    await store.transition(call, ENDED, {"outcome": "completed"})
+    await sweep.sweep_once()
+    assert sweep._gone_since == {}
