@@ -3,7 +3,10 @@ step 2 never ran, and read syncs whose merge window closed unflushed.
 
 Runs once per node process, before it serves anything (daphne has no lifespan event, so the
 first ASGI scope of any kind waits for it: RecoverOnStart), and on demand from
-`manage.py qim_recover`. Every step is idempotent, so several nodes recovering at once, or a
+`manage.py qim_recover`. Then, every QIM_RECOVERY_INTERVAL_S, each node looks again at the
+recall and edit events of the last RECENT_S (not the newest SETTLE_MS, whose step 2 is
+running now): a node that died between the steps is finished by the others, not only when it
+comes back, and so is a step 2 that failed. Every step is idempotent, so several nodes recovering at once, or a
 recovery racing a live recall, at worst push an EVENT twice (clients dedupe by mailbox_seq).
 """
 
@@ -14,17 +17,25 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from qim.actions.edit import do_apply_edit
 from qim.actions.read_sync import flush_due_read_syncs
 from qim.actions.recall import do_apply_recall
+from qim.background import spawn
+from qim.clock import now_ms
 from qim.content_types import EDIT, RECALL
 from qim.db import in_db_thread
 from qim.models import MessageRecord
 
 logger = logging.getLogger(__name__)
+
+# The periodic pass looks at events logged between RECENT_S and SETTLE_MS ago: older ones were
+# seen by earlier passes (and by every node's startup pass), newer ones are still in flight.
+RECENT_S = 600
+SETTLE_MS = 5_000
 
 
 @dataclass
@@ -37,7 +48,7 @@ class Recovered:
         return asdict(self)
 
 
-def _anchor_events(content_type: str, unfinished_target: Q) -> list[MessageRecord]:
+def _anchor_events(content_type: str, unfinished_target: Q, logged: Q) -> list[MessageRecord]:
     targets = MessageRecord.objects.filter(
         unfinished_target,
         conversation_id=OuterRef("conversation_id"),
@@ -45,31 +56,32 @@ def _anchor_events(content_type: str, unfinished_target: Q) -> list[MessageRecor
     )
     return list(
         MessageRecord.objects.filter(
-            Exists(targets), kind=MessageRecord.CONTROL, content_type=content_type, target_conversation_seq__isnull=False
+            Exists(targets), logged, kind=MessageRecord.CONTROL, content_type=content_type,
+            target_conversation_seq__isnull=False,
         )
         .select_related("sender", "conversation")
         .order_by("conversation_id", "conversation_seq")
     )
 
 
-def recover_recalls() -> int:
-    """Recall every target whose qim.recall.v1 event is logged but whose
-    recall_event_conversation_seq is still empty, and re-issue the event's push."""
+def recover_recalls(logged: Q = Q()) -> int:
+    """Recall every target whose qim.recall.v1 event (of those `logged` selects) is logged
+    but whose recall_event_conversation_seq is still empty, and re-issue the event's push."""
     recovered = 0
-    for event in _anchor_events(RECALL, Q(recall_event_conversation_seq__isnull=True)):
+    for event in _anchor_events(RECALL, Q(recall_event_conversation_seq__isnull=True), logged):
         with transaction.atomic():
             recovered += do_apply_recall(event)
     return recovered
 
 
-def recover_edits() -> int:
+def recover_edits(logged: Q = Q()) -> int:
     """Apply every qim.edit.v1 event newer than its target's edit_event_conversation_seq
     (targets not recalled), oldest first, and re-issue the pushes of those applied."""
     unfinished = Q(recall_event_conversation_seq__isnull=True, state__in=[MessageRecord.NORMAL, MessageRecord.EDITED]) & (
         Q(edit_event_conversation_seq__isnull=True) | Q(edit_event_conversation_seq__lt=OuterRef("conversation_seq"))
     )
     recovered = 0
-    for event in _anchor_events(EDIT, unfinished):
+    for event in _anchor_events(EDIT, unfinished, logged):
         with transaction.atomic():
             recovered += do_apply_edit(event)
     return recovered
@@ -88,6 +100,16 @@ def run_recovery_pass(*, all_read_syncs: bool = False) -> Recovered:
     return done
 
 
+def recover_recent(now: int) -> Recovered:
+    """The periodic pass: recalls and edits logged between RECENT_S and SETTLE_MS before
+    `now` (read syncs have their own sweep, qim/read_sync.py)."""
+    logged = Q(sent_at_ms__gte=now - RECENT_S * 1000, sent_at_ms__lte=now - SETTLE_MS)
+    done = Recovered(recalls=recover_recalls(logged), edits=recover_edits(logged))
+    if done.recalls or done.edits:
+        logger.warning("periodic recovery finished interrupted control events: %s", done.report())
+    return done
+
+
 _startup: asyncio.Task[None] | None = None
 
 
@@ -100,6 +122,17 @@ async def _recover_then_sweep() -> None:
         # Serve anyway: what is left stays findable for the next pass (qim_recover).
         logger.exception("startup recovery pass failed")
     get_read_sync_flusher().start_sweeping()
+    if settings.QIM_RECOVERY_INTERVAL_S > 0:
+        spawn(_recover_periodically(), name="qim-periodic-recovery")
+
+
+async def _recover_periodically() -> None:
+    while True:
+        await asyncio.sleep(settings.QIM_RECOVERY_INTERVAL_S)
+        try:
+            await in_db_thread(recover_recent)(now_ms())
+        except Exception:
+            logger.exception("periodic recovery pass failed; retrying")
 
 
 async def ensure_recovered() -> None:

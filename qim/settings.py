@@ -114,6 +114,10 @@ QIM_PUSH_TASK_RETENTION_S = env.float("QIM_PUSH_TASK_RETENTION_S", default=7 * 2
 # How old a node's copy of a tenant's registry may get before it re-checks the version in
 # the database (the fallback when a change notice is missed; protocol.md §6 asks for 1 s).
 QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
+# How often each node finishes recalls and edits whose second step never ran (a node that
+# died between the steps, a step that failed), among those of the last 10 minutes
+# (qim/recovery.py); 0 leaves it to node starts and `qim_recover`.
+QIM_RECOVERY_INTERVAL_S = env.float("QIM_RECOVERY_INTERVAL_S", default=60.0)
 # How many types (built-in and disabled ones included) one tenant's registry may hold: the
 # REGISTRY reply carries them all in one frame, 300 bytes to 1 KiB each (long names and
 # templates), so 500 stay under the default frame cap whatever they hold.

@@ -126,6 +126,11 @@ class MessageRecord(models.Model):
                 fields=["conversation", "target_conversation_seq"], name="anchor_events",
                 condition=models.Q(target_conversation_seq__isnull=False),
             ),
+            # The same rows by time: each node's periodic recovery pass reads the last minutes'.
+            models.Index(
+                fields=["sent_at_ms"], name="anchor_events_by_time",
+                condition=models.Q(target_conversation_seq__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

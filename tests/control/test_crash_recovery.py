@@ -204,3 +204,33 @@ async def test_c5_on_two_nodes_the_restarted_node_re_issues_the_event_to_members
     finally:
         await cluster.tenants["acme"].close_clients()
         cluster.stop()
+
+
+async def test_c5_on_two_nodes_the_live_node_finishes_a_recall_its_dead_peer_left(
+    postgres, pg_template, redis_proc, work_dir  # type: ignore[no-untyped-def]
+) -> None:
+    """Node 1 dies between a recall's two commits and stays dead: node 2's periodic pass
+    (QIM_RECOVERY_INTERVAL_S, 1 s here) finishes it once the event is SETTLE_MS old."""
+    cluster = start_cluster(postgres, pg_template, redis_proc, work_dir, extra_env={"QIM_RECOVERY_INTERVAL_S": "1"})
+    try:
+        n1, n2 = cluster.nodes
+        n1.stop()
+        n1.start(extra_env={"QIM_FAULT": "recall.after_log"})
+        acme = cluster.tenants["acme"]
+        alice, bob = acme.persona("alice"), acme.persona("bob")
+        group = create_group(alice, bob)
+        a, b = await alice.connect(n1), await bob.connect(n2)
+        await send_text(a, group, "regret")
+        await drop_pushes(b)
+        with pytest.raises(ConnectionLost):
+            await recall(a, group, 1)
+        assert n1.wait_exit() == KILLED
+        assert lost_recalls(cluster) == 1
+
+        event = await next_control(b, "qim.recall.v1", timeout=20)  # node 1 is still dead
+        assert (event["control"]["conversation_seq"], event["control"]["target_conversation_seq"]) == (2, 1)
+        assert lost_recalls(cluster) == 0
+        assert (await history_by_seq(b, group))[1]["state"] == "recalled"
+    finally:
+        await cluster.tenants["acme"].close_clients()
+        cluster.stop()
