@@ -276,6 +276,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"without_traceback": {"()": "qim.log_filters.WithoutTraceback"}},
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        # A disallowed Host header is answered 400 (qim/api_errors.py); one line, no traceback.
+        "django.security.DisallowedHost": {"filters": ["without_traceback"]},
+    },
 }

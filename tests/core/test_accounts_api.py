@@ -78,6 +78,10 @@ def test_unknown_path_and_wrong_method_are_json_errors(acme: TenantHandle) -> No
     wrong_method = api(acme.node, "GET", "auth/token")
     assert wrong_method.status_code == 405
     assert wrong_method.json()["code"] == "method_not_allowed"
+    unacceptable = api(acme.node, "GET", "rtc/ice-servers", acme.admin_token, headers={"Accept": "application/xml"})
+    assert (unacceptable.status_code, unacceptable.json()["code"]) == (406, "not_acceptable")
+    foreign_host = api(acme.node, "GET", "health", headers={"Host": "evil.example"})
+    assert (foreign_host.status_code, foreign_host.json()["code"]) == (400, "bad_request")
 
 
 def test_openapi_schema_and_docs_are_served(acme: TenantHandle) -> None:

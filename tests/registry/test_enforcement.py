@@ -171,3 +171,25 @@ async def test_anchor_target_types_need_a_target_and_do_not_move_the_list(acme: 
     assert item["preview"] == "poll"
     bad = api(acme.node, "POST", "registry/types", acme.admin_token, json={"custom_type": "acme.bad.v1", "max_payload_bytes": 999999})
     assert bad.status_code == 400
+
+
+async def test_a_tenant_admin_can_make_membership_events_count(acme: TenantHandle) -> None:
+    """protocol.md §9.2: a built-in type's counts_unread is the tenant's to change, and the
+    server writes membership events by it from then on (joins count as unread)."""
+    alice, bob, carol = acme.persona("alice"), acme.persona("bob"), acme.persona("carol")
+    group = create_group(alice, bob)
+    b = await bob.connect()
+
+    async def bobs_unread() -> int:
+        listing = await b.request("CONVERSATIONS")
+        return next(i["unread"] for i in listing["items"] if i["conversation_id"] == group)
+
+    assert await bobs_unread() == 0
+    api_ok(acme.node, "PATCH", "registry/types/qim.membership.v1", acme.admin_token, json={"counts_unread": True})
+    try:
+        await asyncio.sleep(1.2)  # every node applies a registry change within 1 s
+        api_ok(acme.node, "POST", f"conversations/{group}/members", alice.token(), json={"user_ids": [carol.user_id]})
+        assert await bobs_unread() == 1
+    finally:
+        api_ok(acme.node, "PATCH", "registry/types/qim.membership.v1", acme.admin_token, json={"counts_unread": False})
+        await asyncio.sleep(1.2)
