@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -22,6 +22,20 @@ def spawn(work: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio
     _running.add(task)
     task.add_done_callback(_finished)
     return task
+
+
+async def every(
+    period_s: float | Callable[[], float], step: Callable[[], Awaitable[Any]], *, log: logging.Logger, failed: str
+) -> None:
+    """Run `step` after each period, forever (a node's sweeps and re-reports): a failing step
+    is logged as `failed` on `log`, with its traceback, and the next period tries again.
+    A callable period is read before each wait, so a setting changed meanwhile applies."""
+    while True:
+        await asyncio.sleep(period_s() if callable(period_s) else period_s)
+        try:
+            await step()
+        except Exception:
+            log.exception(failed)
 
 
 def _finished(task: asyncio.Task[Any]) -> None:

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from qim.actions.read_sync import flush_due_read_syncs
-from qim.background import spawn
+from qim.background import every, spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.db import in_db_thread
@@ -41,7 +41,8 @@ class ReadSyncFlusher:
 
     def start_sweeping(self) -> None:
         if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="qim-read-sync-sweep")
+            sweep = every(self.sweep_period_s, in_db_thread(flush_due_read_syncs), log=logger, failed="read sync sweep failed")
+            self._sweeper = asyncio.create_task(sweep, name="qim-read-sync-sweep")
 
     def _arm(self) -> None:
         if not self._due:
@@ -69,14 +70,6 @@ class ReadSyncFlusher:
             # The rows stay; the sweep (here or on any node) writes them later.
             logger.exception("flushing due read syncs failed")
         self._arm()
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_period_s())
-            try:
-                await in_db_thread(flush_due_read_syncs)()
-            except Exception:
-                logger.exception("read sync sweep failed")
 
 
 _flusher: ReadSyncFlusher | None = None

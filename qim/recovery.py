@@ -24,7 +24,7 @@ from django.db.models import Exists, OuterRef, Q
 from qim.actions.edit import do_apply_edit
 from qim.actions.read_sync import flush_due_read_syncs
 from qim.actions.recall import do_apply_recall
-from qim.background import spawn
+from qim.background import every, spawn
 from qim.clock import now_ms
 from qim.content_types import EDIT, RECALL
 from qim.db import in_db_thread
@@ -123,16 +123,11 @@ async def _recover_then_sweep() -> None:
         logger.exception("startup recovery pass failed")
     get_read_sync_flusher().start_sweeping()
     if settings.QIM_RECOVERY_INTERVAL_S > 0:
-        spawn(_recover_periodically(), name="qim-periodic-recovery")
-
-
-async def _recover_periodically() -> None:
-    while True:
-        await asyncio.sleep(settings.QIM_RECOVERY_INTERVAL_S)
-        try:
-            await in_db_thread(recover_recent)(now_ms())
-        except Exception:
-            logger.exception("periodic recovery pass failed; retrying")
+        periodic = every(
+            lambda: settings.QIM_RECOVERY_INTERVAL_S, lambda: in_db_thread(recover_recent)(now_ms()),
+            log=logger, failed="periodic recovery pass failed; retrying",
+        )
+        spawn(periodic, name="qim-periodic-recovery")
 
 
 async def ensure_recovered() -> None:

@@ -179,10 +179,10 @@ def _apply(conversation: Conversation, summary: MessageReactionSummary, requests
     for request in requests:
         pair = (request.user_pk, request.reaction_key)
         present = pair in state.details or fps[pair] in state.fingerprints
-        if request.action == "add" and not present and request.reaction_key not in counts and len(counts) >= max_keys:
-            outcomes.append(Refused("conflict", f"this message already has {len(counts)} different reactions, the most it can have"))
-            continue
         if request.action == "add" and not present:
+            if request.reaction_key not in counts and len(counts) >= max_keys:
+                outcomes.append(Refused("conflict", f"this message already has {len(counts)} different reactions, the most it can have"))
+                continue
             if small_group and detail_rows < max_details:
                 state.details.add(pair)
                 detail_rows += 1

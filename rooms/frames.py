@@ -75,7 +75,7 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     if frame.room_id not in conn.rooms and len(conn.rooms) >= limit("max_rooms_per_connection"):
         raise Refused("room_limit", f"at most {limit('max_rooms_per_connection'):g} rooms per connection")
     service = get_room_service()
-    service.ensure_started()  # this node re-reports its counts from now on (_report_counts)
+    service.ensure_started()  # this node re-reports its counts from now on (RoomService._report_once)
     room = service.local.room(key, conn.tenant_id, frame.room_id)
     room.members.discard(conn)
     room.live_after.pop(conn, None)

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from ulid import ULID
 
-from qim.background import spawn
+from qim.background import every, spawn
 from qim.conf import limit
 from qim.db import in_db_thread
 from qim.errors import Refused
@@ -78,7 +78,10 @@ class RoomService:
         if not self._started:
             self._started = True
             spawn(self._renew_leases(), name="qim-room-leases")
-            spawn(self._report_counts(), name="qim-room-counts")
+            # Every second: tell each of our rooms' writers how many members we have (a new
+            # writer learns it this way), and let our writers forget nodes that died.
+            reports = every(1.0, self._report_once, log=logger, failed="reporting room counts failed")
+            spawn(reports, name="qim-room-counts")
 
     # --- finding (or becoming) the writer -------------------------------------------------
 
@@ -191,16 +194,6 @@ class RoomService:
             logger.exception("releasing the lease of idle room %s failed (it expires)", key)
         self.node.counters["room_writers_retired"] += 1
         logger.info("node %s gave up the idle room %s", self.node.node_id, key)
-
-    async def _report_counts(self) -> None:
-        """Every second: tell each of our rooms' writers how many members we have (a new
-        writer learns it this way), and let our writers forget nodes that died."""
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                await self._report_once()
-            except Exception:
-                logger.exception("reporting room counts failed")
 
     async def _report_once(self) -> None:
         rooms = [room for room in self.local.rooms.values() if room.count > 0]

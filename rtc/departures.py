@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from qim.background import spawn
+from qim.background import every, spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.gateway.connection import Connection
@@ -130,15 +130,8 @@ class OrphanedCalls:
 
     def ensure_sweeping(self) -> None:
         if self._sweeper is None or self._sweeper.done():
-            self._sweeper = spawn(self._sweep_forever(), name="qim-rtc-orphaned-calls")
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.period_s)
-            try:
-                await self.sweep_once()
-            except Exception:
-                logger.exception("sweep of accepted calls failed; retrying")
+            sweep = every(self.period_s, self.sweep_once, log=logger, failed="sweep of accepted calls failed; retrying")
+            self._sweeper = spawn(sweep, name="qim-rtc-orphaned-calls")
 
     async def sweep_once(self) -> int:
         """Look at the next page of accepted calls; answers how many this sweep ended."""

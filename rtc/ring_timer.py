@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from qim.background import every
 from qim.clock import now_ms
 from rtc.calls import Call, CallStore
 
@@ -54,7 +55,8 @@ class RingTimers:
     def ensure_sweeping(self) -> None:
         """Start this node's sweep once; called whenever RTC traffic touches the node."""
         if self._sweeper is None or self._sweeper.done():
-            self._sweeper = asyncio.create_task(self._sweep(), name="qim-rtc-ring-sweep")
+            sweep = every(self.sweep_period_s, self._sweep_once, log=logger, failed="ring sweep failed; retrying")
+            self._sweeper = asyncio.create_task(sweep, name="qim-rtc-ring-sweep")
 
     async def _ring(self, call: Call) -> None:
         # Loop: the event loop's clock and the wall clock may disagree by a few ms.
@@ -65,12 +67,7 @@ class RingTimers:
         except Exception:
             logger.exception("ring timeout of call %s failed; the sweep retries", call.call_id)
 
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(self.sweep_period_s)
-            try:
-                due = await self._store().due_ringing(self._clock() - self.sweep_grace_ms, self.sweep_batch)
-                for tenant_id, call_id in due:
-                    await self._expire(tenant_id, call_id)
-            except Exception:
-                logger.exception("ring sweep failed; retrying")
+    async def _sweep_once(self) -> None:
+        due = await self._store().due_ringing(self._clock() - self.sweep_grace_ms, self.sweep_batch)
+        for tenant_id, call_id in due:
+            await self._expire(tenant_id, call_id)

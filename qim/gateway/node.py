@@ -89,6 +89,10 @@ def node_message_handler(message_type: str, *, group: str | None = None):  # typ
     return register
 
 
+def _presence_frame(user_id: str, online: bool) -> str:
+    return encode({"type": "PRESENCE", "user_id": user_id, "online": online})
+
+
 class ConnectionNode:
     """This process's connections and its end of node-to-node fan-out."""
 
@@ -298,7 +302,7 @@ class ConnectionNode:
 
     async def notify_presence(self, user: UserKey, *, online: bool) -> None:
         """Tell every node that watches `user` (one batch each) that they came or went."""
-        text = encode({"type": "PRESENCE", "user_id": user[1], "online": online})
+        text = _presence_frame(user[1], online)
         for node_id in await self.directory.watcher_nodes(user):
             await self.send_batch(
                 node_id, {"tenant": user[0], "watchers_of": user[1], "online": online, "text": text}
@@ -323,7 +327,7 @@ class ConnectionNode:
                 ]
                 if not misinformed:
                     continue
-                text = encode({"type": "PRESENCE", "user_id": user_id, "online": online})
+                text = _presence_frame(user_id, online)
                 for conn in misinformed:
                     conn.presence_told[user_id] = online
                     try:

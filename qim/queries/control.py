@@ -7,7 +7,7 @@ from django.db.models import Q, QuerySet
 from qim.content_types import EDIT, RECALL
 from qim.errors import Refused
 from qim.models import Conversation, MembershipInterval, MessageRecord
-from qim.queries.conversations import with_unread
+from qim.queries.conversations import unread_in
 
 
 def access_timeline_message(conversation: Conversation, conversation_seq: int) -> MessageRecord:
@@ -63,5 +63,4 @@ def latest_edit_event_of(conversation_id: str, target_seq: int) -> MessageRecord
 def total_unread(user_pk: int) -> int:
     """The user's badge by definition: unread summed over every conversation they are or were
     in, in one query (a correlated count per membership interval, as CONVERSATIONS counts)."""
-    intervals = with_unread(MembershipInterval.objects.filter(user_id=user_pk).order_by(), user_pk)
-    return sum(intervals.values_list("unread", flat=True))
+    return unread_in(MembershipInterval.objects.filter(user_id=user_pk), user_pk)

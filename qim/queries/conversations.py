@@ -171,8 +171,12 @@ def with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QueryS
     ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
 
 
+def unread_in(intervals: QuerySet[MembershipInterval], user_pk: int) -> int:
+    """Definitional unread summed over some of one reader's intervals, in one query."""
+    return sum(with_unread(intervals.order_by(), user_pk).values_list("unread", flat=True))
+
+
 def unread_count(conversation: Conversation, user_pk: int) -> int:
     """Definitional unread of one conversation for one reader: `with_unread` over their
     intervals in it, so the ACK of a mark and the list's `unread` are one definition."""
-    intervals = MembershipInterval.objects.filter(user_id=user_pk, conversation=conversation).order_by()
-    return sum(with_unread(intervals, user_pk).values_list("unread", flat=True))
+    return unread_in(MembershipInterval.objects.filter(user_id=user_pk, conversation=conversation), user_pk)
