@@ -4,6 +4,7 @@ with its moderation action, the moderation audit, and the contract models of pro
 
 from django.contrib import admin, messages
 
+from qim.actions.credentials import do_activate_user, do_deactivate_user
 from qim.admin_base import ReadOnlyAdmin
 from qim.errors import Refused
 from qim.models import (
@@ -35,14 +36,27 @@ class DeviceInline(admin.TabularInline):
 
 @admin.register(User)
 class UserAdmin(admin.ModelAdmin):
-    list_display = ["username", "tenant", "display_name", "is_tenant_admin", "created_at"]
-    list_filter = ["tenant", "is_tenant_admin"]
+    list_display = ["username", "tenant", "display_name", "is_tenant_admin", "is_active", "created_at"]
+    list_filter = ["tenant", "is_tenant_admin", "is_active"]
     search_fields = ["username", "display_name"]
     exclude = ["password_hash"]
-    readonly_fields = ["created_at"]
+    # Changed through the actions only: deactivating must also revoke tokens and close sockets.
+    readonly_fields = ["is_active", "created_at"]
     inlines = [DeviceInline]
     list_select_related = ["tenant"]
     show_full_result_count = False
+    actions = ["deactivate_selected", "activate_selected"]
+
+    @admin.action(description="Deactivate selected users (revoke their tokens, close their sockets)", permissions=["change"])
+    def deactivate_selected(self, request, queryset) -> None:  # type: ignore[no-untyped-def]
+        revoked = sum(do_deactivate_user(user) for user in queryset.order_by("pk"))
+        self.message_user(request, f"{queryset.count()} user(s) deactivated, {revoked} token(s) revoked.", level=messages.SUCCESS)
+
+    @admin.action(description="Reactivate selected users (they log in again)", permissions=["change"])
+    def activate_selected(self, request, queryset) -> None:  # type: ignore[no-untyped-def]
+        for user in queryset.order_by("pk"):
+            do_activate_user(user)
+        self.message_user(request, f"{queryset.count()} user(s) reactivated.", level=messages.SUCCESS)
 
 
 @admin.register(Device)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.permissions import AllowAny
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from qim.actions.accounts import do_clear_push_credentials, do_create_user, do_login, do_set_push_credentials
+from qim.actions.credentials import check_deactivate_user, do_revoke_token
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
 from qim.gateway.node import get_node
+from qim.login_throttle import check_login_rate
 from qim.moderation import ModerationService, Moderator
 from qim.permissions import IsTenantAdmin
 from qim.queries.conversations import access_conversation
@@ -43,16 +45,27 @@ def device_of(request: Request) -> str:
 
 
 class AuthTokenView(APIView):
-    """Log a device in: password -> the device's token."""
+    """Log a device in (POST: password -> a new token, throttled), or out (DELETE: the
+    calling token is revoked)."""
 
-    authentication_classes: list = []
-    permission_classes = [AllowAny]
+    def get_authenticators(self):  # type: ignore[no-untyped-def]
+        # Logging in takes no token: a stale one in the header must not refuse the login.
+        return [] if self.request.method == "POST" else super().get_authenticators()
+
+    def get_permissions(self):  # type: ignore[no-untyped-def]
+        return [AllowAny()] if self.request.method == "POST" else [IsAuthenticated()]
 
     @extend_schema(request=TokenRequestSerializer, responses=TokenResponseSerializer)
     def post(self, request: Request) -> Response:
         data = valid(TokenRequestSerializer, request)
+        check_login_rate(data["tenant"], data["username"], request.META.get("REMOTE_ADDR", ""))
         token, user = do_login(data["tenant"], data["username"], data["password"], data["device_id"])
         return Response({"token": token, "user_id": user.username})
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request: Request) -> Response:
+        do_revoke_token(request.auth)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class UsersView(APIView):
@@ -67,6 +80,18 @@ class UsersView(APIView):
             request.user.tenant, data["username"], data["password"], display_name=data.get("display_name", "")
         )
         return Response({"user_id": user.username}, status=status.HTTP_201_CREATED)
+
+
+class UserDeactivateView(APIView):
+    """A tenant admin deactivates a user: their tokens are revoked and their sockets closed
+    on every node (4403); they cannot log in again."""
+
+    permission_classes = [IsTenantAdmin]
+
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request: Request, user_id: str) -> Response:
+        revoked = check_deactivate_user(request.user, user_id)
+        return Response({"user_id": user_id, "is_active": False, "tokens_revoked": revoked})
 
 
 class ConversationsView(APIView):

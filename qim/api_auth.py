@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from qim.models import DeviceToken
+from qim.queries.identity import live_token_for
 
 
 class DeviceTokenAuthentication(authentication.BaseAuthentication):
@@ -18,11 +18,10 @@ class DeviceTokenAuthentication(authentication.BaseAuthentication):
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization: Token <token>")
         key = header[1].decode(errors="replace")
-        token = (
-            DeviceToken.objects.select_related("device__user__tenant").filter(key=key).first()
-        )
+        token = live_token_for(key)
         if token is None:
-            raise exceptions.AuthenticationFailed("unknown token")
+            # Unknown, revoked and expired tokens look alike: a token's history is nobody's.
+            raise exceptions.AuthenticationFailed("unknown or expired token")
         user = token.device.user
         # Views read the device through request.auth.
         return user, token

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from django.http import JsonResponse
 from rest_framework import exceptions, status
@@ -48,9 +49,11 @@ def _message(detail) -> str:  # type: ignore[no-untyped-def]
 def exception_handler(exc, context):  # type: ignore[no-untyped-def]
     if isinstance(exc, Refused):
         body = {"code": exc.code, "message": exc.message}
+        headers = None
         if exc.retry_after_ms is not None:
             body["retry_after_ms"] = exc.retry_after_ms
-        return Response(body, status=exc.http_status)
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_ms / 1000)))}
+        return Response(body, status=exc.http_status, headers=headers)
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)

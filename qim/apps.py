@@ -12,3 +12,5 @@ class QimConfig(AppConfig):
         from qim.gateway.dispatch import load_frame_modules
 
         load_frame_modules()
+        # The nodes' side of revocation: its notice handler and re-check loop register here.
+        import qim.gateway.revocation  # noqa: F401

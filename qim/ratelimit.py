@@ -57,9 +57,15 @@ async def check_rate(name: str, per_second: float, *identifiers: str) -> None:
 async def take_rate(name: str, per_second: float, *identifiers: str) -> Refused | None:
     """Take one hit, or answer the refusal (nothing taken) for the caller to raise when its
     other checks are done: a SEND's retry still gets its first ACK past the limit."""
-    item, limiter = rate_item(per_second), _limiter()
+    return await take_item(name, rate_item(per_second), f"{per_second:g}/s", *identifiers)
+
+
+async def take_item(name: str, item: RateLimitItem, shown: str, *identifiers: str) -> Refused | None:
+    """`take_rate` for any `limits` item ("10/minute"); `shown` is the rate as the refusal
+    message states it."""
+    limiter = _limiter()
     if await limiter.hit(item, name, *identifiers):
         return None
     stats = await limiter.get_window_stats(item, name, *identifiers)
     retry_after_ms = max(1, math.ceil((stats.reset_time - time.time()) * 1000))
-    return Refused("rate_limited", f"{name} allows {per_second:g}/s", retry_after_ms=retry_after_ms)
+    return Refused("rate_limited", f"{name} allows {shown}", retry_after_ms=retry_after_ms)

@@ -129,6 +129,16 @@ QIM_ROOM_LEASE_TTL_S = env.float("QIM_ROOM_LEASE_TTL_S", default=5.0)
 # ring is empty, gives its lease up: an idle room costs no renewals (the next node that needs
 # it becomes its writer, epoch + 1). 0 keeps every writer until its node stops.
 QIM_ROOM_WRITER_IDLE_S = env.float("QIM_ROOM_WRITER_IDLE_S", default=3600.0)
+# Credentials (qim/frames/credentials.py): a token older than QIM_TOKEN_TTL_S is refused (0:
+# tokens never expire); every node re-checks its sockets' tokens this often, so a socket whose
+# token was revoked, expired or whose user was deactivated is closed (4403) even when the
+# revocation notice never reached the node.
+QIM_TOKEN_TTL_S = env.float("QIM_TOKEN_TTL_S", default=0.0)
+QIM_TOKEN_RECHECK_S = env.float("QIM_TOKEN_RECHECK_S", default=30.0)
+# POST auth/token attempts (qim/login_throttle.py), in the `limits` library's notation
+# ("10/minute", "100 per hour"), counted per tenant+username and per client address.
+QIM_AUTH_TOKEN_RATE_PER_ACCOUNT = env.str("QIM_AUTH_TOKEN_RATE_PER_ACCOUNT", default="10/minute")
+QIM_AUTH_TOKEN_RATE_PER_ADDRESS = env.str("QIM_AUTH_TOKEN_RATE_PER_ADDRESS", default="60/minute")
 # Unread bytes a socket may have queued on its node before it is closed (4429) as too slow.
 QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.

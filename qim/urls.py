@@ -9,6 +9,7 @@ from qim import api
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
     path("users", api.UsersView.as_view(), name="users"),
+    path("users/<str:user_id>/deactivate", api.UserDeactivateView.as_view(), name="user-deactivate"),
     path("conversations", api.ConversationsView.as_view(), name="conversations"),
     path("conversations/<str:conversation_id>/members", api.MembersView.as_view(), name="members"),
     path(

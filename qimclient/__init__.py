@@ -3,7 +3,7 @@
 from .backoff import Backoff
 from .calls import Call, CallTracker, UnknownCall, new_call_id
 from .codec import Frame, decode_frame, encode_frame
-from .connection import CLOSE_AUTH_TIMEOUT, CLOSE_UNAUTHENTICATED, QimClient
+from .connection import CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_UNAUTHENTICATED, QimClient
 from .cursor import CursorStore, JsonFileCursorStore, MemoryCursorStore
 from .errors import ApiError, AuthError, ConnectionLost, QimClientError, QimError
 from .messaging import new_client_msg_id
@@ -17,6 +17,7 @@ from .version import __version__
 
 __all__ = [
     "CLOSE_AUTH_TIMEOUT",
+    "CLOSE_CREDENTIALS_REVOKED",
     "CLOSE_UNAUTHENTICATED",
     "ApiError",
     "AuthError",

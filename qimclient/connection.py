@@ -28,10 +28,18 @@ logger = logging.getLogger("qimclient")
 
 ReconnectHook = Callable[["QimClient"], Awaitable[None]]
 
-# §4: a bad token gets ERROR then 4401; no AUTH within 10 s gets 4408.
+# §3: a bad token gets ERROR then 4401; no AUTH within 10 s gets 4408; a session whose token
+# is revoked or expires, or whose user is deactivated, gets ERROR {reason} then 4403.
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_CREDENTIALS_REVOKED = 4403
 CLOSE_AUTH_TIMEOUT = 4408
-_CLOSE_CODE_NAMES = {CLOSE_UNAUTHENTICATED: "unauthenticated", CLOSE_AUTH_TIMEOUT: "auth_timeout"}
+_CLOSE_CODE_NAMES = {
+    CLOSE_UNAUTHENTICATED: "unauthenticated",
+    CLOSE_CREDENTIALS_REVOKED: "credentials_revoked",
+    CLOSE_AUTH_TIMEOUT: "auth_timeout",
+}
+# Closes after which the same token can never work again: reconnecting would loop.
+_FINAL_CLOSE_CODES = frozenset({CLOSE_UNAUTHENTICATED, CLOSE_CREDENTIALS_REVOKED})
 
 # Server replies (SYNC_BATCH with 100+ events) can be far larger than the 64 KiB inbound cap.
 MAX_INCOMING_BYTES = 64 * 1024 * 1024
@@ -440,7 +448,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
     def _should_reconnect(self) -> bool:
         if self._closing or not self.reconnect:
             return False
-        if self.close_code == CLOSE_UNAUTHENTICATED:
+        if self.close_code in _FINAL_CLOSE_CODES:
             self.last_error = ConnectionLost("server revoked the session", self.close_code)
             return False
         return True
@@ -456,7 +464,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             try:
                 ws, auth_ok = await self._open_and_authenticate()
             except AuthError as error:
-                if error.code == "unauthenticated" or error.close_code == CLOSE_UNAUTHENTICATED:
+                if error.code == "unauthenticated" or error.close_code in _FINAL_CLOSE_CODES:
                     logger.error("reconnect refused, giving up: %s", error)
                     self.last_error = error
                     return False

@@ -8,7 +8,7 @@ from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, transaction
 
 from qim.errors import Refused
-from qim.models import Device, DeviceToken, Tenant, User, new_token_key
+from qim.models import Device, DeviceToken, Tenant, User, new_token_key, token_digest
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,10 @@ BOOTSTRAP_DEVICE_ID = "bootstrap"
 def do_bootstrap_tenant(tenant_name: str, admin_username: str, password: str) -> Bootstrapped:
     """Create (or converge) a tenant and its admin; idempotent, so safe to run on every deploy.
 
-    Also installs the tenant's built-in registry types. A second run keeps every id and token
-    and resets the admin's password to the one given.
+    Also installs the tenant's built-in registry types. A second run keeps every id, resets
+    the admin's password to the one given and issues a new token (earlier ones stay valid:
+    only digests are stored, so an old token cannot be shown again). It also reactivates a
+    deactivated admin: bootstrap is how an operator regains a tenant.
     """
     with transaction.atomic():
         tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
@@ -33,6 +35,7 @@ def do_bootstrap_tenant(tenant_name: str, admin_username: str, password: str) ->
         if admin is None:
             admin = User(tenant=tenant, username=admin_username, is_tenant_admin=True)
         admin.is_tenant_admin = True
+        admin.is_active = True
         admin.set_password(password)
         admin.save()
         token = do_issue_token(admin, BOOTSTRAP_DEVICE_ID)
@@ -68,26 +71,43 @@ def do_create_user(
 
 
 def do_issue_token(user: User, device_id: str) -> str:
-    """The token of (user, device), creating the device and its token the first time.
+    """A new token for (user, device), creating the device the first time; answers the
+    plaintext, which exists nowhere else from now on (the database keeps its digest).
 
-    One token per device: logging in again on the same device answers the same token.
+    A device keeps its newest DeviceToken.MAX_TOKENS_PER_DEVICE tokens; older ones are
+    deleted (a socket still using one is closed by its node's credentials re-check).
     Joins the caller's transaction if there is one.
     """
+    token = new_token_key()
     with transaction.atomic():
         device, _ = Device.objects.get_or_create(user=user, device_id=device_id)
-        token, _ = DeviceToken.objects.get_or_create(device=device)
-    return token.key
+        DeviceToken.objects.create(digest=token_digest(token), device=device)
+        kept = DeviceToken.objects.filter(device=device).order_by("-created_at", "-pk")
+        stale = list(kept.values_list("pk", flat=True)[DeviceToken.MAX_TOKENS_PER_DEVICE :])
+        if stale:
+            DeviceToken.objects.filter(pk__in=stale).delete()
+    return token
+
+
+# The message of every refused login: a wrong password, an unknown user or tenant and a
+# deactivated user must not be told apart (protocol.md §13).
+LOGIN_REFUSED = "unknown tenant, username or password"
 
 
 def do_login(tenant_name: str, username: str, password: str, device_id: str) -> tuple[str, User]:
-    """Check a password and answer the device's token; Refused("unauthenticated") else."""
+    """Check a password and answer a new token of the device; Refused("unauthenticated")
+    else, the same for every reason, after the same work: without a user the password is
+    checked against a dummy hash, as Django's ModelBackend does, so timing tells nothing."""
     user = (
         User.objects.select_related("tenant")
         .filter(tenant__name=tenant_name, username=username)
         .first()
     )
-    if user is None or not user.check_password(password):
-        raise Refused("unauthenticated", "unknown tenant, username or password")
+    if user is None:
+        make_password(password)  # the cost of a password check, for nobody
+        raise Refused("unauthenticated", LOGIN_REFUSED)
+    if not user.check_password(password) or not user.is_active:
+        raise Refused("unauthenticated", LOGIN_REFUSED)
     return do_issue_token(user, device_id), user
 
 
@@ -97,10 +117,13 @@ def do_populate_users(
     """Bulk-create users u000001..uNNNNNN with one device and token each; answers their tokens.
 
     One password hash is shared by all (hashing 100 000 times would take hours); existing
-    users are kept, and get a token for `device_id` if they lack one.
+    users are kept. Every user gets a new token for `device_id` (earlier ones stay valid):
+    only digests are stored, so the file written from the answer is the one place the
+    tokens exist. SHA-256 of 100 000 tokens takes a fraction of a second.
     """
     usernames = [f"u{i:06d}" for i in range(1, count + 1)]
     password_hash = make_password(password)
+    tokens: dict[str, str] = {}
     for start in range(0, count, batch_size):
         chunk = usernames[start : start + batch_size]
         with transaction.atomic():
@@ -120,15 +143,11 @@ def do_populate_users(
                     "user_id", "pk"
                 )
             )
+            issued = {username: new_token_key() for username in user_pks}
             DeviceToken.objects.bulk_create(
-                [DeviceToken(key=new_token_key(), device_id=pk) for pk in devices.values()],
-                ignore_conflicts=True,
+                [DeviceToken(digest=token_digest(issued[u]), device_id=devices[pk]) for u, pk in user_pks.items()]
             )
-    tokens = dict(
-        DeviceToken.objects.filter(
-            device__user__tenant=tenant, device__device_id=device_id
-        ).values_list("device__user__username", "key")
-    )
+            tokens.update(issued)
     return {u: tokens[u] for u in usernames}
 
 

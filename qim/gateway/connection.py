@@ -29,6 +29,12 @@ class Connection:
     drop_too_slow: Callable[[str], Awaitable[None]] | None = None
     # The qim.models.User row, read once at AUTH, for actions that take a user.
     user: Any = None
+    # The token this socket authenticated with (its digest) and when it was issued: the node
+    # closes the socket (4403) once it is revoked or expires (qim/gateway/revocation.py),
+    # through `close_for_credentials(reason)`.
+    token_digest: str = ""
+    token_issued_ms: int = 0
+    close_for_credentials: Callable[[str], Awaitable[None]] | None = None
     # Users whose PRESENCE this connection subscribed to.
     presence_watch: set[str] = field(default_factory=set)
     # What this connection was last told of each watched user (the ACK, then PRESENCE pushes):

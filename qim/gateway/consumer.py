@@ -33,6 +33,8 @@ CLOSE_AUTH_TIMEOUT = 4408
 # A socket that does not read its pushes: closed so it cannot make its node hold megabytes
 # for it; the client reconnects and heals by SYNC and room replay.
 CLOSE_TOO_SLOW = 4429
+# The socket's token was revoked or expired, or its user deactivated (qim/gateway/revocation.py).
+CLOSE_CREDENTIALS_REVOKED = 4403
 
 
 class AuthFrame(msgspec.Struct):
@@ -101,7 +103,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
     async def send_text(self, text: str | TextFrame) -> None:
         """A push or a reply to this socket. A socket that closed a moment ago just misses
         it: its disconnect is on its way, and what it missed is in the mailbox or the ring."""
-        if self._too_slow:
+        if self._too_slow or self._revoked:
             return
         buffered = self.outbound_buffer_bytes()
         if buffered > settings.QIM_MAX_OUTBOUND_BUFFER_BYTES:
@@ -121,6 +123,16 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             pass
 
     _too_slow = False
+    _revoked = False
+
+    async def _close_for_credentials(self, reason: str) -> None:
+        """ERROR unauthenticated saying why, then close 4403; nothing more is read or sent."""
+        if self._revoked:
+            return
+        frame = {**error_frame("unauthenticated", f"credentials no longer valid: {reason}"), "reason": reason}
+        await self.send_frame(frame)
+        self._revoked = True
+        await self.close(code=CLOSE_CREDENTIALS_REVOKED)
 
     def _transport(self):  # type: ignore[no-untyped-def]
         """Daphne's Twisted transport under this socket: daphne hands every application
@@ -154,6 +166,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if self._revoked:
+            return
         if self.conn is None:
             await self._authenticate(text_data, size)
             return
@@ -240,6 +254,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             send_text=self.send_text,
             drop_too_slow=self._drop_slow_socket,
             user=identity.user,
+            token_digest=identity.token_digest,
+            token_issued_ms=identity.token_issued_ms,
+            close_for_credentials=self._close_for_credentials,
         )
         await node.register(self.conn)
         reply = {

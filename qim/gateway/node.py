@@ -59,6 +59,15 @@ NodeCallHandler = Callable[["ConnectionNode", dict[str, Any]], Awaitable[dict[st
 _call_handlers: dict[str, NodeCallHandler] = {}
 DisconnectHook = Callable[[Connection], Awaitable[None]]
 _disconnect_hooks: list[DisconnectHook] = []
+StartHook = Callable[["ConnectionNode"], Awaitable[None]]
+# Run as tasks of their own when the node starts (the credentials re-check loop).
+_start_hooks: list[StartHook] = []
+
+
+def on_node_start(hook: StartHook) -> StartHook:
+    """Run `hook(node)` as a task of its own once the node starts (its first connection)."""
+    _start_hooks.append(hook)
+    return hook
 
 
 def node_call_handler(op: str):  # type: ignore[no-untyped-def]
@@ -126,6 +135,8 @@ class ConnectionNode:
         self._started = True
         self._tasks.append(asyncio.create_task(self._listen(), name="qim-node-listen"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="qim-node-heartbeat"))
+        for hook in _start_hooks:
+            self._tasks.append(asyncio.create_task(hook(self), name=f"qim-node-{hook.__name__}"))
 
     async def _listen(self) -> None:
         layer = get_channel_layer()

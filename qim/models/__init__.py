@@ -1,7 +1,7 @@
 """Core models: tenants and accounts, conversations and their log, the mailbox and pushes,
 control-event bookkeeping."""
 
-from qim.models.accounts import Device, DeviceToken, Tenant, User, new_token_key
+from qim.models.accounts import Device, DeviceToken, Tenant, User, new_token_key, token_digest
 from qim.models.control import ModerationAudit, PendingReadSync
 from qim.models.conversations import (
     Conversation,
@@ -28,5 +28,6 @@ __all__ = [
     "UserMailboxEntry",
     "UserMailboxHead",
     "new_token_key",
+    "token_digest",
     "new_ulid",
 ]

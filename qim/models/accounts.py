@@ -1,7 +1,8 @@
-"""Tenants, their users, each user's devices, and one token per (user, device)."""
+"""Tenants, their users, each user's devices, and the devices' tokens (stored as digests)."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 from django.contrib.auth.hashers import check_password, make_password
@@ -30,6 +31,8 @@ class User(models.Model):
     display_name = models.CharField(max_length=128, blank=True)
     password_hash = models.CharField(max_length=256)
     is_tenant_admin = models.BooleanField(default=False)
+    # A deactivated user has no tokens and cannot get one (qim/actions/credentials.py).
+    is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -76,14 +79,34 @@ class Device(models.Model):
 
 
 def new_token_key() -> str:
-    return secrets.token_hex(20)
+    """A bearer token: 256 random bits, shown once to whoever logs in, never stored."""
+    return secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """What the database keeps of a token: its SHA-256, hex.
+
+    Plain SHA-256, not a slow password hash: the token is 256 random bits, so no guess list
+    or brute force can invert the digest, and a look-up stays one index probe. Not an HMAC
+    with the secret key either: that would log every device out when the key is rotated and
+    tie the migration of old tokens to the key, for no gain against an attacker who cannot
+    invert SHA-256 anyway.
+    """
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class DeviceToken(models.Model):
-    """The bearer token of one device: it authenticates AUTH (for that device only) and REST."""
+    """One bearer token of a device: it authenticates AUTH (for that device only) and REST.
 
-    key = models.CharField(max_length=40, primary_key=True, default=new_token_key)
-    device = models.OneToOneField(Device, on_delete=models.CASCADE, related_name="token")
+    Each login issues a new one (the plaintext cannot be shown twice); the newest
+    MAX_TOKENS_PER_DEVICE of a device stay valid until revoked, expired or their user is
+    deactivated.
+    """
+
+    MAX_TOKENS_PER_DEVICE = 10
+
+    digest = models.CharField(max_length=64, primary_key=True)
+    device = models.ForeignKey(Device, on_delete=models.CASCADE, related_name="tokens")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

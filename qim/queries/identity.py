@@ -1,11 +1,16 @@
-"""Who a token speaks for."""
+"""Who a token speaks for, and which tokens are still good."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from qim.models import DeviceToken
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from qim.models import DeviceToken, token_digest
 
 
 @dataclass(frozen=True)
@@ -20,13 +25,38 @@ class Identity:
     is_tenant_admin: bool
     registry_version: int
     user: Any
+    # Which token, and when it was issued: the node re-checks both (qim/frames/credentials.py).
+    token_digest: str = ""
+    token_issued_ms: int = 0
+
+
+def live_tokens() -> QuerySet[DeviceToken]:
+    """Tokens that still authenticate: their user is active and, when QIM_TOKEN_TTL_S is
+    set, they are younger than that."""
+    tokens = DeviceToken.objects.filter(device__user__is_active=True)
+    if settings.QIM_TOKEN_TTL_S > 0:
+        tokens = tokens.filter(created_at__gt=timezone.now() - timedelta(seconds=settings.QIM_TOKEN_TTL_S))
+    return tokens
+
+
+def live_token_for(token: str) -> DeviceToken | None:
+    """The row of a live token given in plaintext (looked up by its digest), with its
+    device, user and tenant."""
+    return live_tokens().select_related("device__user__tenant").filter(digest=token_digest(token)).first()
+
+
+def live_digests_among(digests: list[str]) -> set[str]:
+    """Which of these token digests still authenticate (a node's periodic re-check)."""
+    live: set[str] = set()
+    for start in range(0, len(digests), 1000):
+        live.update(live_tokens().filter(digest__in=digests[start : start + 1000]).values_list("digest", flat=True))
+    return live
 
 
 def identity_for_token(key: str, device_id: str | None) -> Identity | None:
-    """The identity of `key`, or None when it is unknown or (if given) bound to another device."""
-    token = (
-        DeviceToken.objects.select_related("device__user__tenant").filter(key=key).first()
-    )
+    """The identity of `key`, or None when it is unknown, revoked, expired, its user
+    deactivated, or (if given) bound to another device."""
+    token = live_token_for(key)
     if token is None:
         return None
     device = token.device
@@ -42,4 +72,6 @@ def identity_for_token(key: str, device_id: str | None) -> Identity | None:
         is_tenant_admin=user.is_tenant_admin,
         registry_version=user.tenant.registry_version,
         user=user,
+        token_digest=token.digest,
+        token_issued_ms=int(token.created_at.timestamp() * 1000),
     )

@@ -26,7 +26,9 @@ def test_bootstrap_is_idempotent() -> None:
     second = do_bootstrap_tenant("acme", "admin", "pw2")
     assert first.tenant.pk == second.tenant.pk
     assert first.admin.pk == second.admin.pk
-    assert first.token == second.token
+    # Only digests are stored: a second run issues a new token and the first stays valid.
+    assert first.token != second.token
+    assert identity_for_token(first.token, None).user_id == "admin"
     assert Tenant.objects.count() == 1 and User.objects.count() == 1
     assert second.admin.is_tenant_admin
     assert do_login("acme", "admin", "pw2", "d")[1].pk == first.admin.pk
@@ -45,7 +47,8 @@ def test_a_token_is_bound_to_its_device() -> None:
     tenant = Tenant.objects.create(name="acme")
     alice = do_create_user(tenant, "alice", "pw")
     phone = do_issue_token(alice, "phone")
-    assert do_issue_token(alice, "phone") == phone
+    again = do_issue_token(alice, "phone")
+    assert again != phone and identity_for_token(again, "phone").device_id == "phone"
     assert do_issue_token(alice, "laptop") != phone
     assert identity_for_token(phone, "phone").device_id == "phone"
     assert identity_for_token(phone, "laptop") is None
@@ -68,9 +71,10 @@ def test_populate_writes_users_devices_and_tokens_and_can_rerun(tmp_path) -> Non
     assert Device.objects.filter(device_id="populated").count() == 2500
     assert identity_for_token(tokens["u002500"], "populated").user_id == "u002500"
     again = do_populate_users(tenant, 2500, "pw", "populated")
-    assert again == tokens
-    assert DeviceToken.objects.count() == 2500
-    assert do_login("acme", "u000042", "pw", "populated")[0] == tokens["u000042"]
+    assert list(again) == list(tokens) and again["u000042"] != tokens["u000042"]
+    assert DeviceToken.objects.count() == 5000  # a rerun issues new tokens; the old stay valid
+    assert identity_for_token(tokens["u000042"], "populated").user_id == "u000042"
+    assert identity_for_token(do_login("acme", "u000042", "pw", "populated")[0], "populated") is not None
 
 
 def test_populate_command_writes_the_tokens_file(tmp_path) -> None:

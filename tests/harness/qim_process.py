@@ -31,6 +31,11 @@ BASE_ENV = {
     "QIM_LOG_LEVEL": "WARNING",
     # Short enough that the 4408 test waits little, long enough for a loaded CI machine.
     "QIM_AUTH_TIMEOUT_S": "3",
+    # Every test logs its personas in from 127.0.0.1: the production login throttles
+    # (10/minute per account, 60/minute per address) would refuse them; the throttle tests
+    # set tight ones.
+    "QIM_AUTH_TOKEN_RATE_PER_ACCOUNT": "10000/minute",
+    "QIM_AUTH_TOKEN_RATE_PER_ADDRESS": "100000/minute",
     "PYTHONUNBUFFERED": "1",
 }
 

@@ -1,0 +1,61 @@
+"""Each node's side of revocation: close (4403) the local sockets whose token was revoked,
+expired or whose user was deactivated. Two paths, either one enough: the notice every node
+gets at once (qim/revocation.py), and a re-check of all local sockets' tokens every
+QIM_TOKEN_RECHECK_S, which closes them even when a notice was lost."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+
+from qim.background import every
+from qim.clock import now_ms
+from qim.db import in_db_thread
+from qim.gateway.connection import Connection
+from qim.gateway.node import ConnectionNode, node_message_handler, on_node_start
+from qim.queries.identity import live_digests_among
+from qim.revocation import CREDENTIALS_GROUP, MESSAGE_TYPE, TOKEN_EXPIRED, TOKEN_REVOKED
+
+logger = logging.getLogger(__name__)
+
+
+async def close_for_credentials(node: ConnectionNode, conn: Connection, reason: str, counter: str) -> None:
+    if conn.close_for_credentials is None:
+        return
+    node.counters[counter] += 1
+    try:
+        await conn.close_for_credentials(reason)
+    except Exception:
+        logger.warning("closing connection %s (%s) failed", conn.connection_id, reason)
+
+
+@node_message_handler(MESSAGE_TYPE, group=CREDENTIALS_GROUP)
+async def on_credentials_revoked(node: ConnectionNode, message: dict[str, Any]) -> None:
+    digests = message["digests"]
+    for conn in list(node.local_connections_of((message["tenant"], message["user"]))):
+        if digests is None or conn.token_digest in digests:
+            await close_for_credentials(node, conn, message["reason"], "credentials_closed_by_notice")
+
+
+async def recheck_credentials(node: ConnectionNode) -> None:
+    """Close every local socket whose token no longer authenticates."""
+    conns = [c for c in node.connections.values() if c.token_digest]
+    if not conns:
+        return
+    live = await in_db_thread(live_digests_among)(sorted({c.token_digest for c in conns}))
+    ttl_ms = settings.QIM_TOKEN_TTL_S * 1000
+    for conn in conns:
+        if conn.token_digest in live:
+            continue
+        expired = ttl_ms > 0 and now_ms() - conn.token_issued_ms >= ttl_ms
+        await close_for_credentials(node, conn, TOKEN_EXPIRED if expired else TOKEN_REVOKED, "credentials_closed_by_recheck")
+
+
+@on_node_start
+async def recheck_forever(node: ConnectionNode) -> None:
+    await every(
+        lambda: settings.QIM_TOKEN_RECHECK_S, lambda: recheck_credentials(node),
+        log=logger, failed="credentials re-check failed; retrying",
+    )
