@@ -4,14 +4,17 @@ and refusals that tell nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from qimclient import CLOSE_CREDENTIALS_REVOKED, ConnectionLost, QimClient
 from tests.conftest import QimDeployment, start_embedded
 from tests.core.credential_helpers import (
+    WAIT_S,
     frames_until_closed,
     login,
     new_token,
@@ -162,3 +165,20 @@ def test_logins_are_throttled_per_address(acme: TenantHandle) -> None:
     assert login(acme.node, {"tenant": "acme", "username": helen.user_id, "password": PASSWORD, "device_id": "d"},
                  "127.0.0.13").status_code == 429  # even the right password, from that address
     assert new_token(helen, "d", address="127.0.0.14")  # another address is fine
+
+
+async def test_the_sdk_stops_for_good_on_4403(acme: TenantHandle) -> None:
+    """A revoked session is final: the SDK reports why and does not loop reconnecting."""
+    ivan = acme.persona("ivan")
+    token = new_token(ivan, "phone")
+    client = QimClient(acme.node.ws_url, token, "phone", reconnect=True)
+    await client.connect()
+    assert api(acme.node, "DELETE", "auth/token", token).status_code == 204
+    error = await client.next_push(timeout=WAIT_S, type="ERROR")
+    assert error["reason"] == "token_revoked"
+    async with asyncio.timeout(WAIT_S):
+        while not client.is_closed:
+            await asyncio.sleep(0.05)
+    assert (client.close_code, client.reconnects) == (CLOSE_CREDENTIALS_REVOKED, 0)
+    assert isinstance(client.last_error, ConnectionLost)
+    await client.close()
