@@ -174,18 +174,19 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _within_inbound_budget(self) -> bool:
         """Over budget: ERROR rate_limited without req_id (the frame is not even parsed);
-        a sustained flood: close 4430 (qim/gateway/inbound.py)."""
+        a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound.py)."""
+        if self._flooding:
+            return False
         if self._inbound is None:
             self._inbound = InboundBudget()
         verdict = self._inbound.take()
         if verdict.allowed:
             return True
         if verdict.close:
-            if not self._flooding:
-                self._flooding = True
-                logger.warning("closing connection %s as flooding", self.conn and self.conn.connection_id)
-                get_node().counters["flooding_sockets_closed"] += 1
-                await self.close(code=CLOSE_FLOODING)
+            self._flooding = True
+            logger.warning("closing connection %s as flooding", self.conn and self.conn.connection_id)
+            get_node().counters["flooding_sockets_closed"] += 1
+            await self.close(code=CLOSE_FLOODING)
             return False
         get_node().counters["inbound_frames_refused"] += 1
         await self.send_frame(error_frame(
