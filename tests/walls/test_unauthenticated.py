@@ -75,3 +75,35 @@ async def test_idle_and_garbage_sockets_are_closed_and_do_not_starve_a_control(s
     # Not one idle socket was closed before its time (however late a loaded machine makes it).
     assert all(at - opened >= AUTH_TIMEOUT_S * 0.99 for (_, at), opened in zip(closes, opened_at))
     assert (await control.request("PING"))["type"] == "PONG"  # still authenticated and served
+
+
+async def raw_exchange(host: str, port: int, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(data)
+    await writer.drain()
+    return reader, writer
+
+
+async def test_garbage_and_stalled_handshakes_on_the_raw_socket(short_auth: QimDeployment) -> None:
+    """HTTP-shaped garbage gets a 400 at once; bytes with no line end (a TLS hello, half a
+    handshake) are held by Twisted until its idle timeout (60 s) without costing the
+    authenticated connection anything; the log stays clean."""
+    tenant = short_auth.tenants["acme"]
+    control = await tenant.persona("control").connect()
+    host, port = "127.0.0.1", int(tenant.node.ws_url.rsplit(":", 1)[1].split("/")[0])
+    garbage = [b"GARBAGE GARBAGE\r\n\r\n", b"GET /ws/v1 HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+               b"Connection: Upgrade\r\nSec-WebSocket-Key: not-base64!\r\nSec-WebSocket-Version: 13\r\n\r\n"]
+    stalling = [b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)),  # a TLS hello
+                b"GET /ws/v1 HTTP/1.1\r\nHost: local"]
+    answered = [await raw_exchange(host, port, garbage[n % len(garbage)]) for n in range(30)]
+    stalled = [await raw_exchange(host, port, stalling[n % len(stalling)]) for n in range(60)]
+
+    for n in range(20):
+        assert (await control.request("PING"))["type"] == "PONG"
+    for reader, writer in answered:
+        head = await asyncio.wait_for(reader.read(), 60)  # until the server closes
+        assert head.startswith(b"HTTP/1.1 400 "), head[:200]
+        writer.close()
+    for _, writer in stalled:
+        writer.close()
+    assert (await control.request("PING"))["type"] == "PONG"
