@@ -88,6 +88,15 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # ACK and the message's `reactions` carry the whole `counts` map, about 45 bytes a key;
     # unbounded, a message with some 20 000 keys would outgrow the frame cap.
     "reaction_max_keys_per_message": 50,
+    # Ours: each authenticated connection's inbound frame budget, a token bucket of
+    # `inbound_frame_burst` frames refilled at `inbound_frame_rate` per second (a frame over it
+    # answers rate_limited, unhandled); more than `inbound_flood_max_refused` refused frames
+    # within `inbound_flood_window_s` close the socket with 4430 (qim/gateway/inbound.py).
+    # Far above any real client and the benchmarks' paced senders.
+    "inbound_frame_rate": 500,
+    "inbound_frame_burst": 1000,
+    "inbound_flood_max_refused": 200,
+    "inbound_flood_window_s": 10,
 }
 
 

@@ -22,6 +22,7 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.gateway.errors import error_frame, refusal_frame
+from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.queries import identity_for_token
@@ -171,6 +172,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if self.conn is None:
             await self._authenticate(text_data, size)
             return
+        if not await self._within_inbound_budget():
+            return
         if size > settings.QIM_MAX_INBOUND_FRAME_BYTES:
             await self.send_frame(
                 error_frame("too_large", f"frames are limited to {settings.QIM_MAX_INBOUND_FRAME_BYTES} bytes")
@@ -180,6 +183,33 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self.send_frame(error_frame("bad_frame", "frames are JSON text, not binary"))
             return
         await self._dispatch_frame(text_data)
+
+    _inbound: InboundBudget | None = None
+
+    async def _within_inbound_budget(self) -> bool:
+        """Over budget: ERROR rate_limited without req_id (the frame is not even parsed);
+        a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound.py)."""
+        if self._flooding:
+            return False
+        if self._inbound is None:
+            self._inbound = InboundBudget()
+        verdict = self._inbound.take()
+        if verdict.allowed:
+            return True
+        if verdict.close:
+            self._flooding = True
+            logger.warning("closing connection %s as flooding", self.conn and self.conn.connection_id)
+            get_node().counters["flooding_sockets_closed"] += 1
+            await self.close(code=CLOSE_FLOODING)
+            return False
+        get_node().counters["inbound_frames_refused"] += 1
+        await self.send_frame(error_frame(
+            "rate_limited", f"over the inbound frame budget ({limit('inbound_frame_rate'):g} frames/s)",
+            retry_after_ms=verdict.retry_after_ms,
+        ))
+        return False
+
+    _flooding = False
 
     async def _dispatch_frame(self, text: str) -> None:
         try:
