@@ -51,6 +51,7 @@ class Send:
     acks: list[tuple[str, int | None]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     refused: str | None = None
+    acked_at: float | None = None
 
 
 @dataclass
@@ -160,7 +161,9 @@ class History:
             self.sends[client_msg_id] = Send(sender, conversation_id, client_msg_id, self.clock())
 
     def acked(self, client_msg_id: str, message_id: str, conversation_seq: int | None) -> None:
-        self.sends[client_msg_id].acks.append((message_id, conversation_seq))
+        send = self.sends[client_msg_id]
+        send.acks.append((message_id, conversation_seq))
+        send.acked_at = self.clock() if send.acked_at is None else send.acked_at
 
     def failed(self, client_msg_id: str, reason: str = "") -> None:
         """Outcome unknown (the socket dropped, no reply in time): it may or may not be written."""
