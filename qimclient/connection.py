@@ -255,6 +255,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             try:
                 await ws.send(encode_frame(frame))
             except ConnectionClosed as closed:
+                self._note_closed(ws)
                 raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
             wait = self.request_timeout if timeout is None else timeout
             try:
@@ -283,6 +284,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         try:
             await ws.send(text)
         except ConnectionClosed as closed:
+            self._note_closed(ws)
             raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
 
     # Pushes
@@ -508,6 +510,13 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             state = "closed" if self._finished.is_set() or self._ws is None else "reconnecting"
             raise ConnectionLost(f"not connected ({state})", self.close_code)
         return self._ws
+
+    def _note_closed(self, ws: ClientConnection) -> None:
+        """A send found the socket closed before the reader noticed: not connected from now on,
+        so that `wait_connected` waits for the reconnect. Without this a retry loop (SEND's)
+        spun through its retries without yielding, and the reader never got to run."""
+        if self._ws is ws:
+            self._connected.clear()
 
     def _record_close(self, ws: ClientConnection) -> None:
         if ws.close_code is not None:
