@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from qim.errors import Refused
+from qim.outage import outage_of
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,12 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_ms / 1000)))}
         return Response(body, status=exc.http_status, headers=headers)
     response = drf_exception_handler(exc, context)
+    if response is None and outage_of(exc) is not None:
+        logger.warning("%s refused: Redis unreachable (%s)", context.get("view"), outage_of(exc))
+        return Response(
+            {"code": "unavailable", "message": "a backing service is unreachable; retry", "retry_after_ms": 1000},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
     if response is None:
         logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)
         return Response(

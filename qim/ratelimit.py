@@ -17,6 +17,7 @@ from limits.aio.storage import MemoryStorage, RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from qim.errors import Refused
+from qim.outage import resilient_options
 
 _limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
     weakref.WeakKeyDictionary()
@@ -38,7 +39,8 @@ def _limiter() -> MovingWindowRateLimiter:
     if limiter is None:
         if settings.QIM_REDIS_URL:
             storage = RedisStorage(
-                "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate"
+                "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate",
+                **resilient_options(),
             )
         else:
             storage = MemoryStorage()

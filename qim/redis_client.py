@@ -3,7 +3,8 @@
 Its pool makes a caller wait for a free connection when all QIM_REDIS_MAX_CONNECTIONS are in
 use (redis-py's default pool raises MaxConnectionsError instead: 500 sockets joining a room or
 disconnecting at once each ask Redis something, and their frames failed as `internal`). A
-caller that waits QIM_REDIS_POOL_TIMEOUT_S gets a ConnectionError.
+caller that waits QIM_REDIS_POOL_TIMEOUT_S gets a ConnectionError. Its connections retry on
+a broken connection (qim/outage.py), so a redis-server restart costs a reconnect, not errors.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import weakref
 
 import redis.asyncio as aioredis
 from django.conf import settings
+
+from qim.outage import resilient_options
 
 _clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis]" = (
     weakref.WeakKeyDictionary()
@@ -29,6 +32,7 @@ def get_redis() -> aioredis.Redis:
             decode_responses=True,
             max_connections=settings.QIM_REDIS_MAX_CONNECTIONS,
             timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
+            **resilient_options(),
         )
         client = aioredis.Redis(connection_pool=pool)
         _clients[loop] = client

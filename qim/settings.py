@@ -10,6 +10,8 @@ from pathlib import Path
 
 import environ
 
+from qim.outage import resilient_options
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("QIM_VAR_DIR", BASE_DIR / "var"))
 
@@ -250,7 +252,8 @@ if QIM_REDIS_URL:
             "CONFIG": {
                 # Reads must outlive channels-redis' 5 s blocking pop on an idle node channel
                 # (redis-py 8 would otherwise time out at the same 5 s and log an error).
-                "hosts": [{"address": QIM_REDIS_URL, "socket_timeout": 15}],
+                # Retries on a connection broken by a redis-server restart (qim/outage.py).
+                "hosts": [{"address": QIM_REDIS_URL, "socket_timeout": 15, **resilient_options()}],
                 "prefix": "qim:layer:",
                 "capacity": 1000,
                 "expiry": 30,
@@ -294,8 +297,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"without_traceback": {"()": "qim.log_filters.WithoutTraceback"}},
+    # Redis unreachable: one WARNING line per failing step, no traceback (qim/outage.py).
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redis_outage"]}},
+    "filters": {
+        "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
+        "redis_outage": {"()": "qim.outage.RedisOutageFilter"},
+    },
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

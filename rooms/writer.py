@@ -7,6 +7,7 @@ node with none. It knows how many members each node has because nodes report the
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -60,6 +61,10 @@ class RoomWriter:
     # When the room last had a member or a message (monotonic): see idle_for().
     last_active: float = field(default_factory=time.monotonic)
     _recent_sends: "OrderedDict[tuple[str, str], dict]" = field(default_factory=OrderedDict)
+    # Held from allocating a room_seq until its batch is handed to every node: concurrent
+    # sends (one task per forwarded ROOM_SEND) otherwise race in the channel layer, whose
+    # message order is the time each send reached Redis, and a node got 5 before 3 (§8).
+    _publishing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def holds_lease(self) -> bool:
         return time.monotonic() < self.lease_valid_until
@@ -126,6 +131,10 @@ class RoomWriter:
         A retry with the same client_msg_id while the original is still in the ring answers
         the original (the design's dedupe id). Raises Refused("rate_limited").
         """
+        async with self._publishing:
+            return await self._send(sender_id, content_type, payload, client_msg_id)
+
+    async def _send(self, sender_id: str, content_type: str, payload: Any, client_msg_id: str | None) -> dict[str, Any]:
         if not self.holds_lease():
             # Fencing: a writer that may have lost its lease never appends.
             raise Refused("conflict", "this node lost the room's lease; retry")

@@ -21,10 +21,11 @@ from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
-from qim.gateway.errors import error_frame, refusal_frame
+from qim.gateway.errors import error_frame, outage_frame, refusal_frame
 from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
+from qim.outage import outage_of
 from qim.queries import identity_for_token
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ CLOSE_AUTH_TIMEOUT = 4408
 CLOSE_TOO_SLOW = 4429
 # The socket's token was revoked or expired, or its user deactivated (qim/gateway/revocation.py).
 CLOSE_CREDENTIALS_REVOKED = 4403
+# AUTH while Redis is unreachable (the connection cannot be announced): ERROR unavailable,
+# then this close: reconnect after a backoff (RFC 6455's 1013 is not one autobahn may send).
+CLOSE_UNAVAILABLE = 4503
 
 
 class AuthFrame(msgspec.Struct):
@@ -244,9 +248,14 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             reply = error_frame("bad_frame", f"{frame_type}: {exc}", req_id)
         except Refused as exc:
             reply = refusal_frame(exc, req_id)
-        except Exception:
-            logger.exception("handler for %s failed", frame_type)
-            reply = error_frame("internal", "the server failed to handle this frame", req_id)
+        except Exception as exc:
+            if outage_of(exc) is None:
+                logger.exception("handler for %s failed", frame_type)
+                reply = error_frame("internal", "the server failed to handle this frame", req_id)
+            else:
+                logger.warning("%s refused: Redis unreachable (%s)", frame_type, outage_of(exc))
+                get_node().counters["redis_unavailable_replies"] += 1
+                reply = outage_frame(req_id)
         if reply is not None:
             if req_id is not None:
                 reply.setdefault("req_id", req_id)
@@ -288,7 +297,16 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             token_issued_ms=identity.token_issued_ms,
             close_for_credentials=self._close_for_credentials,
         )
-        await node.register(self.conn)
+        try:
+            await node.register(self.conn)
+        except Exception as exc:
+            if outage_of(exc) is None:
+                raise
+            logger.warning("AUTH refused: Redis unreachable (%s)", outage_of(exc))
+            node.counters["redis_unavailable_replies"] += 1
+            await self.send_frame(outage_frame(frame.req_id))
+            await self.close(code=CLOSE_UNAVAILABLE)
+            return
         reply = {
             "type": "AUTH_OK",
             "user_id": identity.user_id,

@@ -23,8 +23,12 @@ ERROR_CODES = frozenset(
         "room_limit",
         "conflict",
         "internal",
+        # Ours: a backing service (Redis) is unreachable; nothing was done, retry later.
+        "unavailable",
     }
 )
+# How long a client should wait before retrying a request refused for an outage.
+OUTAGE_RETRY_AFTER_MS = 1000
 
 
 def refusal_frame(refused: Refused, req_id: str | None) -> dict[str, Any]:
@@ -42,3 +46,10 @@ def error_frame(
     if retry_after_ms is not None:
         frame["retry_after_ms"] = max(0, int(retry_after_ms))
     return frame
+
+
+def outage_frame(req_id: str | None) -> dict[str, Any]:
+    """The answer to a frame whose handler found Redis unreachable (qim/outage.py)."""
+    return error_frame(
+        "unavailable", "a backing service is unreachable; retry", req_id, retry_after_ms=OUTAGE_RETRY_AFTER_MS
+    )

@@ -28,7 +28,7 @@ print(json.dumps({
     "layer_config": settings.CHANNEL_LAYERS["default"]["CONFIG"],
     "node": settings.QIM_NODE_ID, "origins": settings.QIM_ALLOWED_ORIGINS,
     "hosts": settings.ALLOWED_HOSTS, "debug": settings.DEBUG, "turn": settings.QIM_TURN_URLS,
-}))
+}, default=repr))
 """
 
 
@@ -80,6 +80,9 @@ def test_multi_node_settings(tmp_path) -> None:
     # channels-redis drops on full channels and forgets after `expiry`: ours are explicit.
     assert seen["layer_config"]["capacity"] >= 1000
     assert seen["layer_config"]["channel_capacity"]["qim.node.*"] >= 10000
+    # Its connections retry after a redis-server restart (qim/outage.py), like ours.
+    [host] = seen["layer_config"]["hosts"]
+    assert "Retry" in host["retry"] and host["health_check_interval"] > 0
     assert seen["node"] == "node-a"
     assert seen["origins"] == ["https://app.example", "https://admin.example"]
     assert seen["hosts"] == ["qim.example", ".internal"]

@@ -1,0 +1,188 @@
+"""Issue #17 item 5: redis-server killed (-9) mid-traffic and started again empty on the same
+port. While it is gone every request is answered (an ACK, or ERROR `unavailable`), no socket
+is dropped; once it is back every node serves AUTH, SEND, rooms and presence within seconds,
+with connections pooled before the restart (no 1011, no `internal`); nothing acknowledged is
+lost (every acknowledged message is in the recipient's SYNC, once)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from qimclient import QimClient, QimError
+from tests.conftest import QimDeployment, start_cluster
+from tests.harness.personas import Persona, TenantHandle, api_ok
+from tests.harness.redis_server import RedisServer
+from tests.rooms.room_helpers import create_room, join, room_send
+
+RECOVERY_LIMIT_S = 30.0
+BURST = 30
+OUTAGE_CODES = {"unavailable"}
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(postgres, pg_template, own_redis, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+    deployment = start_cluster(postgres, pg_template, own_redis, work_dir, extra_env={
+        "QIM_PRESENCE_TTL_S": "3", "QIM_ROOM_LEASE_TTL_S": "2",
+    })
+    yield deployment
+    deployment.stop()
+
+
+async def wait_until(probe, errors: list[str], limit_s: float = RECOVERY_LIMIT_S) -> float:  # type: ignore[no-untyped-def]
+    """Retry `probe` (an async callable answering True when served) until it succeeds;
+    answers the seconds it took. The ERROR codes met meanwhile go to `errors`."""
+    started = time.monotonic()
+    while True:
+        try:
+            if await probe():
+                return time.monotonic() - started
+        except QimError as error:
+            errors.append(error.code)
+        except (TimeoutError, ConnectionError, OSError):
+            pass
+        assert time.monotonic() - started < limit_s, f"{probe.__name__} still failing after {limit_s} s"
+        await asyncio.sleep(0.1)
+
+
+async def outcome(request) -> str:  # type: ignore[no-untyped-def]
+    """'ack', or the ERROR code a request got."""
+    try:
+        await request
+        return "ack"
+    except QimError as error:
+        return error.code
+
+
+async def auth_outcome(persona: Persona, node, device_id: str) -> str:  # type: ignore[no-untyped-def]
+    """'ok' when AUTH was answered AUTH_OK, else what went wrong (the close code with it)."""
+    try:
+        client = await persona.connect(node, device_id=device_id, sync=False)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    await client.close()
+    return "ok"
+
+
+async def auth_burst(persona: Persona, nodes) -> list[str]:  # type: ignore[no-untyped-def]
+    """BURST AUTHs at once on each node: each node's Redis pools grow to about that many."""
+    return list(await asyncio.gather(*(
+        auth_outcome(persona, node, f"burst-{node.node_id}") for node in nodes for _ in range(BURST)
+    )))
+
+
+def direct(alice: Persona, bob: Persona) -> str:
+    body = api_ok(alice.tenant.node, "POST", "conversations", alice.token(), json={"kind": "direct", "member_user_ids": [bob.user_id]})
+    return body["conversation_id"]
+
+
+async def all_synced(client: QimClient) -> list[str]:
+    """Every message id in the client's mailbox, by SYNC from the start."""
+    ids, after = [], 0
+    while True:
+        batch = await client.request("SYNC", after_mailbox_seq=after)
+        for event in batch["events"]:
+            message = event.get("message")
+            if message is not None:
+                ids.append(message["message_id"])
+        after = batch["next_mailbox_seq"]
+        if not batch["has_more"]:
+            return ids
+
+
+async def test_redis_killed_and_restarted_empty_mid_traffic(redis_cluster: QimDeployment, own_redis: RedisServer) -> None:
+    n1, n2 = redis_cluster.nodes
+    tenant: TenantHandle = redis_cluster.tenants["acme"]
+    alice, bob, carol = tenant.persona("alice"), tenant.persona("bob"), tenant.persona("carol")
+    conversation = direct(alice, bob)
+    room = create_room(alice)
+    a1 = await alice.connect(n1, sync=False)
+    b2 = await bob.connect(n2, sync=False)
+    for node in (n1, n2):  # tokens now: the REST API needs no Redis, but keep the outage clean
+        carol.token(f"probe-{node.node_id}", node)
+        bob.token(f"probe-{node.node_id}", node)
+        carol.token(f"burst-{node.node_id}", node)
+    await join(a1, room)  # node 1 holds the writer
+    await join(b2, room)
+    acked = [(await a1.send_text(conversation, f"before {i}"))["message_id"] for i in range(5)]
+
+    assert set(await auth_burst(carol, (n1, n2))) == {"ok"}
+
+    own_redis.kill()
+    outages: list[str] = []
+    for i in range(5):
+        sent = asyncio.ensure_future(a1.send_text(conversation, f"during {i}"))
+        outages.append(await outcome(sent))
+        if outages[-1] == "ack":
+            acked.append(sent.result()["message_id"])
+        outages.append(await outcome(room_send(b2, room, f"room during {i}")))
+        outages.append(await outcome(b2.request("PRESENCE_SUB", user_ids=[alice.user_id])))
+    assert set(outages) <= {"ack"} | OUTAGE_CODES, outages
+    assert OUTAGE_CODES & set(outages), "nothing needed Redis during the outage"
+    assert a1.is_connected and b2.is_connected, "a socket was dropped during the outage"
+    refused = await auth_outcome(carol, n2, f"probe-{n2.node_id}")
+    assert "unavailable" in refused and "4503" in refused, refused
+
+    own_redis.start()  # empty: no leases, no presence, no channel-layer groups
+    restarted = time.monotonic()
+    # The first use of every connection pooled before the restart is served (it was 1011).
+    after_restart = await auth_burst(carol, (n1, n2))
+    assert set(after_restart) == {"ok"}, [o for o in after_restart if o != "ok"][:5]
+
+    async def auth_on_both() -> bool:
+        for node in (n1, n2):
+            client = await carol.connect(node, device_id=f"probe-{node.node_id}", sync=False)
+            await client.close()
+        return True
+
+    async def dm_pushed_across() -> bool:
+        ack = await a1.send_text(conversation, "after")
+        acked.append(ack["message_id"])
+        while True:
+            event = await b2.next_push(timeout=2, type="EVENT")
+            if event["event"].get("message", {}).get("message_id") == ack["message_id"]:
+                return True
+
+    async def room_both_ways() -> bool:
+        for sender, receiver in ((b2, a1), (a1, b2)):
+            ack = await room_send(sender, room, "room after")
+            while True:
+                batch = await receiver.next_push(timeout=2, type="ROOM_BATCH")
+                if ack["room_seq"] in [e["room_seq"] for e in batch["events"]]:
+                    break
+        return True
+
+    async def presence_across() -> bool:
+        assert (await b2.subscribe_presence([carol.user_id]))[carol.user_id] is False
+        probe = await carol.connect(n1, device_id=f"probe-{n1.node_id}", sync=False)
+        try:
+            while True:
+                push = await b2.next_push(timeout=3, type="PRESENCE")
+                if push["user_id"] == carol.user_id and push["online"]:
+                    return True
+        finally:
+            await probe.close()
+
+    errors: list[str] = []
+    times = {probe.__name__: await wait_until(probe, errors) for probe in (auth_on_both, dm_pushed_across, room_both_ways, presence_across)}
+    recovered_s = time.monotonic() - restarted
+    print(f"redis back -> every node serving in {recovered_s:.2f} s: {times}; errors meanwhile {errors}")
+    assert "internal" not in errors
+
+    assert set(await auth_burst(carol, (n1, n2))) == {"ok"}
+    # Nothing acknowledged is lost: each message once in bob's mailbox.
+    synced = await all_synced(b2)
+    assert sorted(synced) == sorted(set(synced)), "a message was delivered twice"
+    assert set(acked) <= set(synced), f"lost: {set(acked) - set(synced)}"
+    assert a1.is_connected and b2.is_connected
+    await tenant.close_clients()
