@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import {
-  AuthError, Backoff, MemoryCursorStore, QimClient, QimError, type MailboxEvent, type ReactionUpdate,
+  AuthError, Backoff, ConnectionLost, MemoryCursorStore, QimClient, QimError, type MailboxEvent, type ReactionUpdate,
 } from "../src/index.js";
 import { QimServer, waitFor, type Persona } from "./server.js";
 import { WebSocket } from "ws";
@@ -218,4 +218,17 @@ test("a bad token is refused with 4401; a revoked one ends reconnecting instead 
   assert.ok(final.error instanceof AuthError, String(final.error));
   assert.equal(final.code, 4401);
   assert.equal(client.connection.isClosed, true);
+});
+
+test("a SEND repeated with its client_msg_id gets the first ACK; a closed client rejects requests", async () => {
+  const { alice, conversationId } = await pair();
+  const a = await alice.client();
+  await a.connect();
+  const first = await a.messages.sendText(conversationId, "once", { clientMsgId: "retry-me" });
+  const again = await a.messages.sendText(conversationId, "once", { clientMsgId: "retry-me" });
+  assert.deepEqual([again.message_id, again.conversation_seq], [first.message_id, first.conversation_seq]);
+  const history = await a.messages.history(conversationId);
+  assert.equal(history.messages.length, 1);
+  a.close();
+  await assert.rejects(a.messages.sendText(conversationId, "late"), (error: unknown) => error instanceof ConnectionLost);
 });

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import * as moduleUnderTest from "../src/index.js";
 import { Backoff, counterOf, decodeFrame, encodeFrame, epochOf, parseJson, toRoomSeq } from "../src/index.js";
 
 const BIG = "9223372036854775807"; // 2^63 - 1: JSON.parse rounds it to 9223372036854775808
@@ -53,4 +54,23 @@ test("backoff grows, is capped, and jitter only shortens it", () => {
   const jittered = new Backoff({ initialMs: 100, maximumMs: 1000, jitter: 0.5, random: () => 0.999 });
   const delay = jittered.delayMs(3);
   assert.ok(delay > 400 && delay < 800, String(delay));
+});
+
+test("the browser bundle imports nothing from Node and decodes room_seq as bigint", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { fileURLToPath } = await import("node:url");
+  const bundleUrl = new URL("../../dist/qim-client.browser.js", import.meta.url);
+  const text = readFileSync(fileURLToPath(bundleUrl), "utf-8");
+  assert.doesNotMatch(text, /^\s*import[\s{*]/m, "a self-contained bundle imports nothing");
+  assert.doesNotMatch(text, /\brequire\(["']|["']node:/);
+  const bundle = await import(bundleUrl.href);
+  assert.equal(bundle.decodeFrame(`{"type":"ACK","room_seq":${BIG}}`).room_seq, BigInt(BIG));
+  assert.equal(typeof bundle.QimClient, "function");
+});
+
+test("without a WebSocket class (Node 20 has no global one) the client says what to pass", () => {
+  const { QimConnection } = moduleUnderTest;
+  const hadGlobal = "WebSocket" in globalThis;
+  if (hadGlobal) return assert.ok(new QimConnection({ url: "ws://x", token: "t", deviceId: "d" }));
+  assert.throws(() => new QimConnection({ url: "ws://x", token: "t", deviceId: "d" }), /pass one/);
 });
