@@ -195,3 +195,28 @@ test("REST: every path the client calls is in /api/v1/schema/; errors carry {cod
   await rest.registerPush("phone", { platform: "android", push_token: "t" });
   await rest.unregisterPush("phone");
 });
+
+test("a server restart moves the room to a new epoch: rejoin reports epoch_changed, never a seq going back", async () => {
+  const alice = await server.persona("alice");
+  const roomId = await bigRoom(alice);
+  const a = await alice.client();
+  await a.connect();
+  await a.rooms.join(roomId);
+  const got: bigint[] = [];
+  const truncations: string[] = [];
+  const epochs: number[] = [];
+  a.rooms.on("event", ({ event }) => got.push(event.room_seq));
+  a.rooms.on("truncated", ({ reason }) => truncations.push(reason));
+  a.rooms.on("epoch", ({ room_epoch }) => epochs.push(room_epoch));
+  await a.rooms.sendText(roomId, "old epoch");
+  await waitFor(() => got.length === 1, "the first event");
+  const reconnected = a.connection.next("connected", 60_000);
+  await server.restart();
+  await reconnected;
+  assert.deepEqual(truncations, ["epoch_changed"]);
+  assert.deepEqual(epochs, [Number(EPOCH) + 1]);
+  const ack = await a.rooms.sendText(roomId, "new epoch");
+  assert.equal(epochOf(ack.room_seq), EPOCH + 1n);
+  await waitFor(() => got.length === 2, "the new epoch's event");
+  assert.deepEqual(got, [(EPOCH << 48n) | 1n, ((EPOCH + 1n) << 48n) | 1n]);
+});

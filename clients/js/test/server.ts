@@ -109,6 +109,16 @@ export class QimServer {
     const out = this.manage("qim_bootstrap", "--tenant", TENANT, "--admin", "admin", "--password", ADMIN_PASSWORD);
     this.adminToken = JSON.parse(out.trim().split("\n").pop() as string).token;
     this.port = await freePort();
+    await this.spawnDaphne();
+  }
+
+  /** Stops daphne and starts it again on the same port and database (rooms move to a new epoch). */
+  async restart(): Promise<void> {
+    await this.stopDaphne();
+    await this.spawnDaphne();
+  }
+
+  private async spawnDaphne(): Promise<void> {
     const log = openSync(this.logPath, "a");
     this.daphne = spawn(
       PYTHON,
@@ -118,6 +128,16 @@ export class QimServer {
     );
     closeSync(log);
     await this.waitHealthy();
+  }
+
+  private async stopDaphne(): Promise<void> {
+    const daphne = this.daphne;
+    if (daphne === null || daphne.exitCode !== null) return;
+    const exited = new Promise((done) => daphne.once("exit", done));
+    daphne.kill("SIGTERM");
+    const timer = setTimeout(() => daphne.kill("SIGKILL"), 15_000);
+    await exited;
+    clearTimeout(timer);
   }
 
   private async waitHealthy(): Promise<void> {
@@ -175,14 +195,7 @@ export class QimServer {
   /** Closes every client, stops daphne, and fails on any Traceback or " ERROR qim" line. */
   async stop(): Promise<void> {
     for (const client of this.clients) client.close();
-    const daphne = this.daphne;
-    if (daphne !== null && daphne.exitCode === null) {
-      const exited = new Promise((done) => daphne.once("exit", done));
-      daphne.kill("SIGTERM");
-      const timer = setTimeout(() => daphne.kill("SIGKILL"), 15_000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await this.stopDaphne();
     const log = readFileSync(this.logPath, "utf-8");
     if (log.includes("Traceback") || log.includes(" ERROR qim")) {
       throw new Error(`the server logged an error:\n${log.slice(-4000)}`);
