@@ -8,6 +8,7 @@ import { decodeFrame, encodeFrame } from "./codec.js";
 import { Emitter } from "./emitter.js";
 import { AuthError, ConnectionLost, QimError, RequestTimeout } from "./errors.js";
 import type { AuthOk, ErrorFrame, Frame } from "./types.js";
+import { VERSION } from "./version.js";
 
 /** §3: a bad (or revoked) token gets ERROR unauthenticated then close 4401: final. */
 export const CLOSE_UNAUTHENTICATED = 4401;
@@ -107,7 +108,7 @@ export class QimConnection extends Emitter<ConnectionEvents> {
       url: options.url,
       token: options.token,
       deviceId: options.deviceId,
-      clientVersion: options.clientVersion,
+      clientVersion: options.clientVersion ?? VERSION,
       requestTimeoutMs: options.requestTimeoutMs ?? 10_000,
       reconnect: options.reconnect ?? true,
       backoff: options.backoff ?? new Backoff(),

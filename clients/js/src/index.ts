@@ -20,3 +20,4 @@ export { Rooms, type RoomState } from "./rooms.js";
 export { Calls, isEnded, type Call } from "./rtc.js";
 export { MailboxSync, MemoryCursorStore, StorageCursorStore, type CursorStore } from "./sync.js";
 export * from "./types.js";
+export { VERSION } from "./version.js";

@@ -23,8 +23,9 @@ export class Presence extends Emitter<PresenceEvents> {
         this.set(push.user_id, push.online);
       }
     });
-    connection.addReconnectHook(async () => {
-      if (this.watched.size > 0) await this.subscribe([...this.watched]);
+    connection.addReconnectHook(() => this.resubscribe());
+    connection.on("connected", ({ reconnect }) => {
+      if (!reconnect) void this.resubscribe().catch((error) => connection.emit("error", error));
     });
   }
 
@@ -44,6 +45,11 @@ export class Presence extends Emitter<PresenceEvents> {
       this.watched.delete(id);
       this.online.delete(id);
     }
+  }
+
+  /** Subscriptions belong to the socket: renew them on a new one. */
+  private async resubscribe(): Promise<void> {
+    if (this.watched.size > 0) await this.subscribe([...this.watched]);
   }
 
   isOnline(userId: string): boolean | undefined {

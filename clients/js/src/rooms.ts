@@ -45,6 +45,10 @@ export class Rooms extends Emitter<RoomEvents> {
       if (frame.type === "ROOM_BATCH") this.accept(frame as RoomBatch);
     });
     connection.addReconnectHook(() => this.rejoinAll());
+    connection.on("connected", ({ reconnect }) => {
+      // connect() again after close(): back into the rooms it was in.
+      if (!reconnect && this.joined.size > 0) void this.rejoinAll().catch((error) => connection.emit("error", error));
+    });
   }
 
   /**

@@ -35,6 +35,9 @@ export class StorageCursorStore implements CursorStore {
   }
 }
 
+/** SYNC passes one catch-up makes to fill a gap that pushes revealed. */
+const MAX_GAP_PASSES = 2;
+
 export interface MailboxEvents {
   [name: string]: unknown;
   event: MailboxEvent;
@@ -80,30 +83,40 @@ export class MailboxSync extends Emitter<MailboxEvents> {
 
   private async run(): Promise<void> {
     let delivered = 0;
+    let passes = 0;
     do {
       this.again = false;
-      for (;;) {
-        const batch = await this.connection.request<SyncBatch>("SYNC", {
-          after_mailbox_seq: this.cursor,
-          limit: this.pageSize,
-        });
-        for (const event of batch.events) if (this.deliver(event)) delivered += 1;
-        // Entries of this device are skipped by the server but still move the cursor.
-        this.advance(batch.next_mailbox_seq);
-        if (!batch.has_more) break;
-      }
+      passes += 1;
+      delivered += await this.syncPages();
       const held = this.held.sort((a, b) => a.mailbox_seq - b.mailbox_seq);
       this.held = [];
       for (const event of held) {
         if (event.mailbox_seq <= this.cursor) continue;
         if (event.mailbox_seq !== this.cursor + 1) {
-          this.again = true; // still a gap: SYNC once more
+          // Still a gap after a SYNC: once more; past that the mailbox (the truth) will
+          // bring these on a later SYNC, so drop them rather than loop.
+          if (passes < MAX_GAP_PASSES) this.again = true;
           break;
         }
         if (this.deliver(event)) delivered += 1;
       }
     } while (this.again);
     this.emit("synced", { cursor: this.cursor, events: delivered });
+  }
+
+  /** SYNC pages from the cursor until `has_more` is false; answers how many events went out. */
+  private async syncPages(): Promise<number> {
+    let delivered = 0;
+    for (;;) {
+      const batch = await this.connection.request<SyncBatch>("SYNC", {
+        after_mailbox_seq: this.cursor,
+        limit: this.pageSize,
+      });
+      for (const event of batch.events) if (this.deliver(event)) delivered += 1;
+      // Entries of this device are skipped by the server but still move the cursor.
+      this.advance(batch.next_mailbox_seq);
+      if (!batch.has_more) return delivered;
+    }
   }
 
   /** An EVENT push: the next one is delivered, a duplicate dropped, a gap triggers SYNC. */

@@ -232,3 +232,23 @@ test("a SEND repeated with its client_msg_id gets the first ACK; a closed client
   a.close();
   await assert.rejects(a.messages.sendText(conversationId, "late"), (error: unknown) => error instanceof ConnectionLost);
 });
+
+test("mailbox pushes: a duplicate is dropped, a gap triggers SYNC and ends (no endless catch-up)", async () => {
+  const { alice, bob, conversationId } = await pair();
+  const a = await alice.client();
+  const b = await bob.client();
+  await a.connect();
+  await b.connect();
+  const seen = collect(b);
+  await a.messages.sendText(conversationId, "one");
+  await waitFor(() => seen.length === 1, "the first event");
+  b.mailbox.offer(seen[0]); // a duplicate push
+  const synced = b.mailbox.next("synced", 30_000);
+  // A push far past the head (as if the ones between were lost): SYNC, then give up on it.
+  b.mailbox.offer({ ...seen[0], mailbox_seq: seen[0].mailbox_seq + 50 });
+  assert.equal((await synced).cursor, seen[0].mailbox_seq);
+  await a.messages.sendText(conversationId, "two");
+  await waitFor(() => seen.length === 2, "the second event");
+  assert.deepEqual(texts(seen, conversationId), ["one", "two"]);
+  assert.equal(seen[1].mailbox_seq, seen[0].mailbox_seq + 1);
+});
