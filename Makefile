@@ -25,10 +25,13 @@ run: deps
 	  | tail -n 1 | sed 's/^/demo tenant (admin password $(DEMO_PASSWORD)): /'
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
 
-# Debian packages the suite starts for real: Redis and PostgreSQL.
+# Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
+# TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py).
 services:
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null)
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null)
 
 test: deps services
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -37,4 +40,4 @@ bench: deps services
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache clients/js/node_modules clients/js/dist clients/js/build

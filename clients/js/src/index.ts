@@ -1,0 +1,23 @@
+/** @qim/client: a TypeScript client for QIM (WebSocket /ws/v1 and REST /api/v1). */
+export { Backoff, type BackoffOptions } from "./backoff.js";
+export { QimClient, type ClientOptions } from "./client.js";
+export {
+  counterOf, decodeFrame, encodeFrame, epochOf, EPOCH_SHIFT, parseJson, ROOM_SEQ_FIELDS, stringifyJson, toRoomSeq,
+} from "./codec.js";
+export {
+  CLOSE_AUTH_TIMEOUT, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED, QimConnection,
+  type CloseInfo, type ConnectionEvents, type ConnectionOptions, type WebSocketConstructor, type WebSocketLike,
+} from "./connection.js";
+export { Emitter } from "./emitter.js";
+export { AuthError, ConnectionLost, QimError, RequestTimeout, RestError } from "./errors.js";
+export { newClientMsgId } from "./ids.js";
+export { Messaging, type HistoryQuery, type SendOptions } from "./messaging.js";
+export { Presence } from "./presence.js";
+export { TypeRegistry, UNKNOWN_TYPE_TEXT } from "./registry.js";
+export { REST_PATHS, RestClient, type IceServers, type RoomInfo } from "./rest.js";
+export { withRateLimitRetry, type RetryOptions } from "./retry.js";
+export { Rooms, type RoomState } from "./rooms.js";
+export { Calls, isEnded, type Call } from "./rtc.js";
+export { MailboxSync, MemoryCursorStore, StorageCursorStore, type CursorStore } from "./sync.js";
+export * from "./types.js";
+export { VERSION } from "./version.js";

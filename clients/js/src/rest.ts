@@ -1,0 +1,151 @@
+/**
+ * The REST calls a client needs (protocol §13), over `fetch` (browsers, Node >= 18). Bodies
+ * are parsed by the lossless codec, so `latest_room_seq` arrives as a `bigint`. Errors become
+ * RestError with the server's `{code, message}`.
+ */
+import { parseJson, stringifyJson } from "./codec.js";
+import { RestError } from "./errors.js";
+import type { CustomMessageType } from "./types.js";
+
+export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
+
+export interface LoginAnswer { token: string; user_id: string }
+export interface IceServer { urls: string[] | string; username: string; credential: string }
+export interface IceServers { ice_servers: IceServer[]; ttl_s: number }
+export interface RoomInfo {
+  room_id: string;
+  title: string;
+  online_count: number;
+  room_epoch: number;
+  latest_room_seq: bigint;
+  promoted_to?: string | null;
+}
+export interface PushRegistration { platform: "ios" | "android"; push_token: string; voip_token?: string }
+export type TypeFields = Partial<Omit<CustomMessageType, "version">> & { custom_type: string };
+
+/** The paths this client calls, checked against `/api/v1/schema/` by the tests. */
+export const REST_PATHS = [
+  "/api/v1/auth/token", "/api/v1/users", "/api/v1/conversations",
+  "/api/v1/conversations/{id}/members", "/api/v1/conversations/{id}/members/{user_id}",
+  "/api/v1/devices/{device_id}/push", "/api/v1/rooms", "/api/v1/rooms/{room_id}",
+  "/api/v1/rooms/{room_id}/promote", "/api/v1/moderation/recall", "/api/v1/registry/types",
+  "/api/v1/registry/types/{custom_type}", "/api/v1/rtc/ice-servers", "/api/v1/health",
+] as const;
+
+export class RestClient {
+  private readonly base: string;
+  private readonly fetchImpl: FetchLike;
+
+  /** `baseUrl` is the server's origin, e.g. `http://127.0.0.1:8000`. */
+  constructor(baseUrl: string, public token?: string, fetchImpl?: FetchLike) {
+    this.base = baseUrl.replace(/\/+$/, "") + "/api/v1/";
+    this.fetchImpl = fetchImpl ?? ((input, init) => globalThis.fetch(input, init));
+  }
+
+  /** Any call: `path` relative to `/api/v1/`; answers the parsed body (undefined for 204). */
+  async call<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers: Record<string, string> = { Accept: "application/json" };
+    if (this.token) headers.Authorization = `Token ${this.token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await this.fetchImpl(this.base + path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : stringifyJson(body),
+    });
+    const text = await response.text();
+    const parsed = text === "" ? undefined : safeParse(text);
+    if (!response.ok) {
+      const error = (parsed ?? {}) as { code?: string; message?: string };
+      throw new RestError(response.status, error.code ?? "http_error", error.message ?? response.statusText, parsed);
+    }
+    return parsed as T;
+  }
+
+  /** POST auth/token; keeps the token for later calls. */
+  async login(tenant: string, username: string, password: string, deviceId: string): Promise<LoginAnswer> {
+    const answer = await this.call<LoginAnswer>("POST", "auth/token", { tenant, username, password, device_id: deviceId });
+    this.token = answer.token;
+    return answer;
+  }
+
+  createUser(username: string, password: string, displayName?: string): Promise<{ user_id: string }> {
+    return this.call("POST", "users", { username, password, ...(displayName ? { display_name: displayName } : {}) });
+  }
+
+  createConversation(kind: "group" | "direct", memberUserIds: string[], options: { title?: string; e2ee?: boolean } = {}): Promise<{ conversation_id: string }> {
+    return this.call("POST", "conversations", { kind, member_user_ids: memberUserIds, ...options });
+  }
+
+  addMembers(conversationId: string, userIds: string[]): Promise<{ conversation_seq: number }> {
+    return this.call("POST", `conversations/${enc(conversationId)}/members`, { user_ids: userIds });
+  }
+
+  removeMember(conversationId: string, userId: string): Promise<{ conversation_seq: number }> {
+    return this.call("DELETE", `conversations/${enc(conversationId)}/members/${enc(userId)}`);
+  }
+
+  registerPush(deviceId: string, registration: PushRegistration): Promise<{ device_id: string; platform: string }> {
+    return this.call("POST", `devices/${enc(deviceId)}/push`, registration);
+  }
+
+  unregisterPush(deviceId: string): Promise<void> {
+    return this.call("DELETE", `devices/${enc(deviceId)}/push`);
+  }
+
+  createRoom(roomId: string, title?: string): Promise<{ room_id: string }> {
+    return this.call("POST", "rooms", { room_id: roomId, ...(title ? { title } : {}) });
+  }
+
+  getRoom(roomId: string): Promise<RoomInfo> {
+    return this.call("GET", `rooms/${enc(roomId)}`);
+  }
+
+  promoteRoom(roomId: string, memberUserIds?: string[]): Promise<{ conversation_id: string }> {
+    return this.call("POST", `rooms/${enc(roomId)}/promote`, memberUserIds ? { member_user_ids: memberUserIds } : {});
+  }
+
+  moderationRecall(conversationId: string, conversationSeq: number): Promise<{ event_conversation_seq: number }> {
+    return this.call("POST", "moderation/recall", { conversation_id: conversationId, conversation_seq: conversationSeq });
+  }
+
+  listTypes(sinceVersion?: number): Promise<CustomMessageType[]> {
+    return this.call("GET", "registry/types" + (sinceVersion === undefined ? "" : `?since_version=${sinceVersion}`));
+  }
+
+  getType(customType: string): Promise<CustomMessageType> {
+    return this.call("GET", `registry/types/${enc(customType)}`);
+  }
+
+  createType(fields: TypeFields): Promise<CustomMessageType> {
+    return this.call("POST", "registry/types", fields);
+  }
+
+  updateType(customType: string, fields: Partial<TypeFields>): Promise<CustomMessageType> {
+    return this.call("PATCH", `registry/types/${enc(customType)}`, fields);
+  }
+
+  /** DELETE disables the type; old messages keep rendering. */
+  disableType(customType: string): Promise<CustomMessageType> {
+    return this.call("DELETE", `registry/types/${enc(customType)}`);
+  }
+
+  iceServers(): Promise<IceServers> {
+    return this.call("GET", "rtc/ice-servers");
+  }
+
+  health(): Promise<{ status: string; node_id: string }> {
+    return this.call("GET", "health");
+  }
+}
+
+function enc(segment: string): string {
+  return encodeURIComponent(segment);
+}
+
+function safeParse(text: string): unknown {
+  try {
+    return parseJson(text);
+  } catch {
+    return { code: "bad_response", message: text.slice(0, 200) };
+  }
+}
