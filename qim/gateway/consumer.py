@@ -22,7 +22,7 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.gateway.errors import error_frame, outage_frame, refusal_frame
-from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget
+from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget, req_id_of
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.outage import outage_of
@@ -176,7 +176,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if self.conn is None:
             await self._authenticate(text_data, size)
             return
-        if not await self._within_inbound_budget():
+        if not await self._within_inbound_budget(text_data):
             return
         if size > settings.QIM_MAX_INBOUND_FRAME_BYTES:
             await self.send_frame(
@@ -190,8 +190,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     _inbound: InboundBudget | None = None
 
-    async def _within_inbound_budget(self) -> bool:
-        """Over budget: ERROR rate_limited without req_id (the frame is not even parsed);
+    async def _within_inbound_budget(self, text: str | None) -> bool:
+        """Over budget: ERROR rate_limited (echoing the frame's req_id), the frame unhandled;
         a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound.py)."""
         if self._flooding:
             return False
@@ -209,7 +209,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         get_node().counters["inbound_frames_refused"] += 1
         await self.send_frame(error_frame(
             "rate_limited", f"over the inbound frame budget ({limit('inbound_frame_rate'):g} frames/s)",
-            retry_after_ms=verdict.retry_after_ms,
+            req_id_of(text), retry_after_ms=verdict.retry_after_ms,
         ))
         return False
 

@@ -11,10 +11,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from qim.conf import limit
 
 # Sustained flooding past the budget: closed, the client may reconnect and slow down.
 CLOSE_FLOODING = 4430
+
+
+class _ReqIdOnly(msgspec.Struct):
+    req_id: str | None = None
+
+
+_req_id_decoder = msgspec.json.Decoder(_ReqIdOnly)
+
+
+def req_id_of(text: str | None) -> str | None:
+    """The frame's string req_id, for the refusal to echo (clients match answers by it); a
+    skim that builds nothing else, and None for anything malformed."""
+    if text is None:
+        return None
+    try:
+        return _req_id_decoder.decode(text).req_id
+    except (msgspec.DecodeError, RecursionError):  # msgspec raises the latter past its depth
+        return None
 
 
 @dataclass

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import pytest
 import websockets
 
-from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget
+from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget, req_id_of
 from tests.conftest import QimDeployment, start_embedded
 
 BUDGET_ENV = {
-    # A burst of 10, then one frame a second; more than 20 refusals in a minute close.
-    "QIM_INBOUND_FRAME_BURST": "10", "QIM_INBOUND_FRAME_RATE": "1",
+    # A burst of 10, then one frame every 2 s; more than 20 refusals in a minute close.
+    "QIM_INBOUND_FRAME_BURST": "10", "QIM_INBOUND_FRAME_RATE": "0.5",
     "QIM_INBOUND_FLOOD_MAX_REFUSED": "20", "QIM_INBOUND_FLOOD_WINDOW_S": "60",
 }
 
@@ -51,6 +51,13 @@ def test_bucket_refills_at_its_rate_and_counts_refusals_per_window() -> None:
     assert not budget.take().close
 
 
+def test_a_refusal_echoes_a_string_req_id_only() -> None:
+    assert req_id_of('{"type": "SEND", "req_id": "r7", "payload": {"deep": [1, 2]}}') == "r7"
+    assert req_id_of('{"type": "PING", "req_id": 7}') is None
+    deep = '{"req_id": "r8", "x": ' + "[" * 60_000 + "]" * 60_000 + "}"
+    assert [req_id_of(t) for t in ("{not json", "[1]", '{"type": "PING"}', None, deep)] == [None] * 5
+
+
 async def open_authenticated(deployment: QimDeployment, name: str):  # type: ignore[no-untyped-def]
     persona = deployment.tenants["acme"].persona(name)
     ws = await websockets.connect(deployment.node.ws_url, max_size=None)
@@ -70,16 +77,17 @@ async def replies_until_close(ws, timeout: float = 30) -> tuple[list[dict], int]
 
 async def test_over_budget_frames_are_refused_not_handled_and_the_socket_stays(budgeted: QimDeployment) -> None:
     ws = await open_authenticated(budgeted, "eager")
-    for n in range(15):
+    for n in range(20):
         await ws.send(json.dumps({"type": "PING", "req_id": f"p{n}"}))
-    replies = [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(15)]
+    replies = [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(20)]
     pongs = [r for r in replies if r["type"] == "PONG"]
     refused = [r for r in replies if r["type"] == "ERROR"]
     assert [r["req_id"] for r in pongs[:10]] == [f"p{n}" for n in range(10)]  # the burst
-    assert len(pongs) + len(refused) == 15 and len(refused) >= 3  # at most a few refilled
+    assert len(pongs) + len(refused) == 20 and len(refused) >= 3  # however slowly they were handled
+    assert [r["req_id"] for r in replies] == [f"p{n}" for n in range(20)]  # each answer echoes its req_id
     for error in refused:
-        assert error["code"] == "rate_limited" and "req_id" not in error
-        assert 0 < error["retry_after_ms"] <= 1000
+        assert error["code"] == "rate_limited"
+        assert 0 < error["retry_after_ms"] <= 2000
     # Within the budget again after waiting as told: handled, socket still open.
     await asyncio.sleep(refused[-1]["retry_after_ms"] / 1000)
     answer = None
