@@ -252,3 +252,49 @@ test("mailbox pushes: a duplicate is dropped, a gap triggers SYNC and ends (no e
   assert.deepEqual(texts(seen, conversationId), ["one", "two"]);
   assert.equal(seen[1].mailbox_seq, seen[0].mailbox_seq + 1);
 });
+
+test("membership over REST reaches the added user; a read on one device syncs to the other", async () => {
+  const { alice, bob, conversationId } = await pair();
+  const carol = await server.persona("carol");
+  const carolClient = await carol.client();
+  const carolSeen = collect(carolClient);
+  await carolClient.connect();
+  const joined = await (await alice.rest()).addMembers(conversationId, [carol.userId]);
+  await waitFor(() => carolSeen.some((e) => e.control?.custom_type === "qim.membership.v1"), "carol's join event");
+  const join = carolSeen.find((e) => e.control?.custom_type === "qim.membership.v1");
+  assert.deepEqual(join?.control?.payload, { action: "join", user_ids: [carol.userId] });
+  assert.equal(join?.control?.conversation_seq, joined.conversation_seq);
+
+  const phone = await bob.client("phone");
+  const laptop = await bob.client("laptop");
+  const laptopSeen = collect(laptop);
+  await phone.connect();
+  await laptop.connect();
+  const a = await alice.client();
+  await a.connect();
+  const sent = await a.messages.sendText(conversationId, "read me");
+  await phone.messages.markRead(conversationId, sent.conversation_seq as number);
+  await waitFor(() => laptopSeen.some((e) => e.control?.custom_type === "qim.read.v1"), "the read event on the laptop");
+  const read = laptopSeen.find((e) => e.control?.custom_type === "qim.read.v1");
+  assert.equal(read?.control?.read_conversation_seq, sent.conversation_seq);
+  // Leaving from another device: the phone hears of it (the acting device would not).
+  await (await carol.rest("tablet")).removeMember(conversationId, carol.userId);
+  const actions = () => carolSeen.filter((e) => e.control?.custom_type === "qim.membership.v1").map((e) => (e.control?.payload as { action: string }).action);
+  await waitFor(() => actions().length === 2, "carol's leave event");
+  assert.deepEqual(actions(), ["join", "leave"]);
+});
+
+test("presence subscriptions are renewed after a reconnect", async () => {
+  const { alice, bob } = await pair();
+  const a = await alice.client();
+  await a.connect();
+  const b = await bob.client();
+  await b.connect();
+  await a.presence.subscribe([bob.userId]);
+  assert.equal(a.presence.isOnline(bob.userId), true);
+  const reconnected = a.connection.next("connected", 30_000);
+  a.connection.dropSocket();
+  await reconnected;
+  b.close();
+  await waitFor(() => a.presence.isOnline(bob.userId) === false, "bob offline, seen through the renewed subscription");
+});
