@@ -182,7 +182,7 @@ test("a dropped socket reconnects and SYNCs: nothing sent meanwhile is missed or
   assert.equal(new Set(seqs).size, seqs.length);
 });
 
-test("a new session resumes from the stored cursor: only what it has not seen", async () => {
+test("a new session resumes from the stored cursor, paging SYNC: only what it has not seen", async () => {
   const { alice, bob, conversationId } = await pair();
   const a = await alice.client();
   await a.connect();
@@ -195,7 +195,8 @@ test("a new session resumes from the stored cursor: only what it has not seen", 
   first.close();
   await a.messages.sendText(conversationId, "missed 1");
   await a.messages.sendText(conversationId, "missed 2");
-  const second = await bob.client("laptop", { cursorStore: store });
+  // One event per SYNC page: the catch-up has to follow has_more.
+  const second = await bob.client("laptop", { cursorStore: store, syncPageSize: 1 });
   const seenSecond = collect(second);
   const synced = second.mailbox.next("synced", 30_000);
   await second.connect();
