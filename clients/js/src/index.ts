@@ -14,7 +14,10 @@ export { newClientMsgId } from "./ids.js";
 export { Messaging, type HistoryQuery, type SendOptions } from "./messaging.js";
 export { Presence } from "./presence.js";
 export { TypeRegistry, UNKNOWN_TYPE_TEXT } from "./registry.js";
-export { REST_PATHS, RestClient, type IceServers, type RoomInfo } from "./rest.js";
+export {
+  REST_PATHS, RestClient, type ConversationIdAnswer, type ConversationSeqAnswer, type EventSeqAnswer, type IceServer,
+  type IceServers, type LoginAnswer, type PushRegistration, type RoomInfo, type TypeFields, type UserIdAnswer,
+} from "./rest.js";
 export { withRateLimitRetry, type RetryOptions } from "./retry.js";
 export { Rooms, type RoomState } from "./rooms.js";
 export { Calls, isEnded, type Call } from "./rtc.js";
