@@ -8,13 +8,14 @@ import { decodeFrame, encodeFrame } from "./codec.js";
 import { Emitter } from "./emitter.js";
 import { AuthError, ConnectionLost, QimError, RequestTimeout } from "./errors.js";
 import {
-  CLOSE_UNAUTHENTICATED, messageText, openSession, type Session, type WebSocketConstructor, type WebSocketLike,
+  isFinalClose, messageText, openSession, type Session, type WebSocketConstructor, type WebSocketLike,
 } from "./handshake.js";
 import type { AuthOk, ErrorFrame, Frame } from "./types.js";
 import { VERSION } from "./version.js";
 
 export {
-  CLOSE_AUTH_TIMEOUT, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED, type WebSocketConstructor, type WebSocketLike,
+  CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_FLOODING, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED,
+  CLOSE_UNAVAILABLE, isFinalClose, type WebSocketConstructor, type WebSocketLike,
 } from "./handshake.js";
 
 export interface ConnectionOptions {
@@ -26,7 +27,7 @@ export interface ConnectionOptions {
   /** The WebSocket class; defaults to `globalThis.WebSocket` (browsers, Node >= 22). */
   WebSocket?: WebSocketConstructor;
   requestTimeoutMs?: number;
-  /** Reconnect after a drop (never after 4401 or `close()`); default true. */
+  /** Reconnect after a drop (never after 4401, 4403 or `close()`); default true. */
   reconnect?: boolean;
   backoff?: Backoff;
 }
@@ -46,7 +47,7 @@ export interface ConnectionEvents {
   /** AUTH_OK of the first session and of every reconnect (after the hooks ran). */
   connected: { authOk: AuthOk; reconnect: boolean };
   disconnected: CloseInfo;
-  /** Final: no more reconnects (close(), 4401, or a refused re-AUTH). */
+  /** Final: no more reconnects (close(), 4401, 4403, or a refused re-AUTH). */
   closed: { error?: Error; code?: number };
   /** Something went wrong in the background (a hook, a reconnect attempt). */
   error: Error;
@@ -104,7 +105,7 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     return this.connectedNow;
   }
 
-  /** True once closed for good: `close()`, a 4401, or a refused re-AUTH. */
+  /** True once closed for good: `close()`, a 4401 or 4403, or a refused re-AUTH. */
   get isClosed(): boolean {
     return this.finished;
   }
@@ -260,10 +261,10 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     this.connectedNow = false;
     this.closeCode = event.code;
     this.failPending(new ConnectionLost(`connection lost (${event.code})`, event.code));
-    const final = this.closing || !this.options.reconnect || event.code === CLOSE_UNAUTHENTICATED;
+    const final = this.closing || !this.options.reconnect || isFinalClose(event.code);
     this.emit("disconnected", { code: event.code, reason: event.reason, willReconnect: !final });
     if (final) {
-      if (event.code === CLOSE_UNAUTHENTICATED) {
+      if (isFinalClose(event.code)) {
         this.lastError = new AuthError("unauthenticated", "the server revoked the session", event.code);
       }
       this.finish();
@@ -291,7 +292,7 @@ export class QimConnection extends Emitter<ConnectionEvents> {
         this.emit("connected", { authOk, reconnect: true });
         return;
       } catch (error) {
-        if (error instanceof AuthError && (error.code === "unauthenticated" || error.closeCode === CLOSE_UNAUTHENTICATED)) {
+        if (error instanceof AuthError && (error.code === "unauthenticated" || isFinalClose(error.closeCode ?? 0))) {
           this.lastError = error; // a revoked token: retrying would loop forever
           this.finish();
           return;

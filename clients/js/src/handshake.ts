@@ -12,6 +12,17 @@ export const CLOSE_UNAUTHENTICATED = 4401;
 export const CLOSE_AUTH_TIMEOUT = 4408;
 /** The node closed a socket that did not read its pushes; reconnect and heal by SYNC. */
 export const CLOSE_TOO_SLOW = 4429;
+/** §3: the session's token was revoked or expired, or its user deactivated: final. */
+export const CLOSE_CREDENTIALS_REVOKED = 4403;
+/** §3: the socket sent frames far over its inbound budget; reconnect after the backoff. */
+export const CLOSE_FLOODING = 4430;
+/** §3: AUTH while the server's Redis is unreachable (ERROR unavailable); reconnect later. */
+export const CLOSE_UNAVAILABLE = 4503;
+
+/** Closes after which reconnecting with the same token can only be refused again. */
+export function isFinalClose(code: number): boolean {
+  return code === CLOSE_UNAUTHENTICATED || code === CLOSE_CREDENTIALS_REVOKED;
+}
 
 /** What the SDK needs of a WebSocket: the browser's, or the `ws` package's in Node. */
 export interface WebSocketLike {
@@ -93,7 +104,7 @@ export function openSession(WS: WebSocketConstructor, options: HandshakeOptions)
 }
 
 function closeError(refusal: ErrorFrame | null, event: { code: number; reason: string }): Error {
-  if (refusal !== null || event.code === CLOSE_UNAUTHENTICATED) {
+  if (refusal !== null || isFinalClose(event.code)) {
     const code = refusal ? String(refusal.code) : "unauthenticated";
     return new AuthError(code, refusal?.message ?? (event.reason || "refused"), event.code);
   }

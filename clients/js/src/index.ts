@@ -5,7 +5,8 @@ export {
   counterOf, decodeFrame, encodeFrame, epochOf, EPOCH_SHIFT, parseJson, ROOM_SEQ_FIELDS, stringifyJson, toRoomSeq,
 } from "./codec.js";
 export {
-  CLOSE_AUTH_TIMEOUT, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED, QimConnection,
+  CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_FLOODING, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED,
+  CLOSE_UNAVAILABLE, isFinalClose, QimConnection,
   type CloseInfo, type ConnectionEvents, type ConnectionOptions, type WebSocketConstructor, type WebSocketLike,
 } from "./connection.js";
 export { Emitter } from "./emitter.js";

@@ -35,6 +35,7 @@ export const REST_PATHS = [
   "/api/v1/devices/{device_id}/push", "/api/v1/rooms", "/api/v1/rooms/{room_id}",
   "/api/v1/rooms/{room_id}/promote", "/api/v1/moderation/recall", "/api/v1/registry/types",
   "/api/v1/registry/types/{custom_type}", "/api/v1/rtc/ice-servers", "/api/v1/health",
+  "/api/v1/users/{user_id}/deactivate",
 ] as const;
 
 export class RestClient {
@@ -71,6 +72,17 @@ export class RestClient {
     const answer = await this.call<LoginAnswer>("POST", "auth/token", { tenant, username, password, device_id: deviceId });
     this.token = answer.token;
     return answer;
+  }
+
+  /** DELETE auth/token: revokes the token this client holds; its sockets close with 4403. */
+  async logout(): Promise<void> {
+    await this.call<void>("DELETE", "auth/token");
+    this.token = undefined;
+  }
+
+  /** POST users/{id}/deactivate (tenant admin): every token of that user is revoked. */
+  deactivateUser(userId: string): Promise<unknown> {
+    return this.call("POST", `users/${enc(userId)}/deactivate`);
   }
 
   createUser(username: string, password: string, displayName?: string): Promise<UserIdAnswer> {

@@ -204,21 +204,20 @@ test("a new session resumes from the stored cursor, paging SYNC: only what it ha
   assert.deepEqual(texts(seenSecond, conversationId), ["missed 1", "missed 2"]);
 });
 
-test("a bad token is refused with 4401; a revoked one ends reconnecting instead of looping", async () => {
+test("a bad token is refused with 4401; a revoked one closes 4403 and ends reconnecting", async () => {
   const bad = new QimClient({ url: server.wsUrl, token: "no-such-token", deviceId: "phone", WebSocket });
   await assert.rejects(bad.connect(), (error: unknown) => error instanceof AuthError && error.closeCode === 4401);
 
   const carol = await server.persona("carol");
   const client = await carol.client("tablet");
   await client.connect();
-  const token = await carol.token("tablet");
-  server.sql(`DELETE FROM qim_devicetoken WHERE key = '${token}'`);
   const closed = client.connection.next("closed", 30_000);
-  client.connection.dropSocket();
+  await (await carol.rest("tablet")).logout();
   const final = await closed;
   assert.ok(final.error instanceof AuthError, String(final.error));
-  assert.equal(final.code, 4401);
+  assert.equal(final.code, 4403);
   assert.equal(client.connection.isClosed, true);
+  await assert.rejects(client.connect(), (error: unknown) => error instanceof AuthError && error.closeCode === 4401);
 });
 
 test("a SEND repeated with its client_msg_id gets the first ACK; a closed client rejects requests", async () => {
