@@ -25,6 +25,7 @@ from qim.gateway.errors import error_frame, refusal_frame
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.queries import identity_for_token
+from qim.queries.identity import token_expires_at_ms
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +269,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "node_id": node.node_id,
             "server_time_ms": now_ms(),
             "registry_version": identity.registry_version,
+            "token_expires_at_ms": token_expires_at_ms(identity.token_issued_ms),
             # The frame cap as this process applies it (daphne's limit may be lower).
             "limits": {**all_limits(), "max_outbound_frame_bytes": outbound_frame_cap()},
         }
