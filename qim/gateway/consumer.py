@@ -124,12 +124,14 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             pass
 
     _too_slow = False
+    _revoking = False  # a notice and the re-check may both close the socket: once is enough
     _revoked = False
 
     async def _close_for_credentials(self, reason: str) -> None:
         """ERROR unauthenticated saying why, then close 4403; nothing more is read or sent."""
-        if self._revoked:
+        if self._revoking:
             return
+        self._revoking = True
         frame = {**error_frame("unauthenticated", f"credentials no longer valid: {reason}"), "reason": reason}
         await self.send_frame(frame)
         self._revoked = True
