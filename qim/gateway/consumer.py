@@ -27,6 +27,7 @@ from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.outage import outage_of
 from qim.queries import identity_for_token
+from qim.queries.identity import token_expires_at_ms
 
 logger = logging.getLogger(__name__)
 
@@ -128,12 +129,14 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             pass
 
     _too_slow = False
+    _revoking = False  # a notice and the re-check may both close the socket: once is enough
     _revoked = False
 
     async def _close_for_credentials(self, reason: str) -> None:
         """ERROR unauthenticated saying why, then close 4403; nothing more is read or sent."""
-        if self._revoked:
+        if self._revoking:
             return
+        self._revoking = True
         frame = {**error_frame("unauthenticated", f"credentials no longer valid: {reason}"), "reason": reason}
         await self.send_frame(frame)
         self._revoked = True
@@ -316,6 +319,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "node_id": node.node_id,
             "server_time_ms": now_ms(),
             "registry_version": identity.registry_version,
+            "token_expires_at_ms": token_expires_at_ms(identity.token_issued_ms),
             # The frame cap as this process applies it (daphne's limit may be lower).
             "limits": {**all_limits(), "max_outbound_frame_bytes": outbound_frame_cap()},
         }
