@@ -275,8 +275,12 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"without_traceback": {"()": "qim.log_filters.WithoutTraceback"}},
+    # A database outage is logged as one WARNING line per failure, not as a crash (qim/db_outage.py).
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["database_unavailable"]}},
+    "filters": {
+        "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
+        "database_unavailable": {"()": "qim.db_outage.DatabaseUnavailableFilter"},
+    },
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

@@ -31,7 +31,11 @@ ReconnectHook = Callable[["QimClient"], Awaitable[None]]
 # §4: a bad token gets ERROR then 4401; no AUTH within 10 s gets 4408.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_AUTH_TIMEOUT = 4408
-_CLOSE_CODE_NAMES = {CLOSE_UNAUTHENTICATED: "unauthenticated", CLOSE_AUTH_TIMEOUT: "auth_timeout"}
+# AUTH could not be checked (the server's database is away): a reconnect retries later.
+CLOSE_TRY_AGAIN_LATER = 4503
+_CLOSE_CODE_NAMES = {
+    CLOSE_UNAUTHENTICATED: "unauthenticated", CLOSE_AUTH_TIMEOUT: "auth_timeout", CLOSE_TRY_AGAIN_LATER: "unavailable",
+}
 
 # Server replies (SYNC_BATCH with 100+ events) can be far larger than the 64 KiB inbound cap.
 MAX_INCOMING_BYTES = 64 * 1024 * 1024

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qim.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
+from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
 
 # Handlers raise qim.errors.Refused; FrameError is its name at the gateway.
@@ -23,6 +25,7 @@ ERROR_CODES = frozenset(
         "room_limit",
         "conflict",
         "internal",
+        "unavailable",
     }
 )
 
@@ -42,3 +45,11 @@ def error_frame(
     if retry_after_ms is not None:
         frame["retry_after_ms"] = max(0, int(retry_after_ms))
     return frame
+
+
+def unavailable_or_internal(error: BaseException, req_id: str | None) -> dict[str, Any]:
+    """The ERROR for a handler that raised: `unavailable` (retry later) when the database is
+    away, else `internal` (a bug)."""
+    if is_database_unavailable(error):
+        return error_frame("unavailable", UNAVAILABLE_MESSAGE, req_id, retry_after_ms=RETRY_AFTER_MS)
+    return error_frame("internal", "the server failed to handle this frame", req_id)
