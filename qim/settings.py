@@ -278,10 +278,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # Redis unreachable: one WARNING line per failing step, no traceback (qim/outage.py).
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redis_outage"]}},
+    # An outage (database away, Redis unreachable) is logged as one WARNING line per failure,
+    # not as a crash (qim/db_outage.py, qim/outage.py).
+    "handlers": {"console": {
+        "class": "logging.StreamHandler", "formatter": "plain", "filters": ["database_unavailable", "redis_outage"],
+    }},
     "filters": {
         "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
+        "database_unavailable": {"()": "qim.db_outage.DatabaseUnavailableFilter"},
         "redis_outage": {"()": "qim.outage.RedisOutageFilter"},
     },
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},

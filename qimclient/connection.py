@@ -31,7 +31,11 @@ ReconnectHook = Callable[["QimClient"], Awaitable[None]]
 # §4: a bad token gets ERROR then 4401; no AUTH within 10 s gets 4408.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_AUTH_TIMEOUT = 4408
-_CLOSE_CODE_NAMES = {CLOSE_UNAUTHENTICATED: "unauthenticated", CLOSE_AUTH_TIMEOUT: "auth_timeout"}
+# AUTH could not be checked (the server's database is away): a reconnect retries later.
+CLOSE_TRY_AGAIN_LATER = 4503
+_CLOSE_CODE_NAMES = {
+    CLOSE_UNAUTHENTICATED: "unauthenticated", CLOSE_AUTH_TIMEOUT: "auth_timeout", CLOSE_TRY_AGAIN_LATER: "unavailable",
+}
 
 # Server replies (SYNC_BATCH with 100+ events) can be far larger than the 64 KiB inbound cap.
 MAX_INCOMING_BYTES = 64 * 1024 * 1024
@@ -247,6 +251,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             try:
                 await ws.send(encode_frame(frame))
             except ConnectionClosed as closed:
+                self._note_closed(ws)
                 raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
             wait = self.request_timeout if timeout is None else timeout
             try:
@@ -275,6 +280,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         try:
             await ws.send(text)
         except ConnectionClosed as closed:
+            self._note_closed(ws)
             raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
 
     # Pushes
@@ -500,6 +506,13 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             state = "closed" if self._finished.is_set() or self._ws is None else "reconnecting"
             raise ConnectionLost(f"not connected ({state})", self.close_code)
         return self._ws
+
+    def _note_closed(self, ws: ClientConnection) -> None:
+        """A send found the socket closed before the reader noticed: not connected from now on,
+        so that `wait_connected` waits for the reconnect. Without this a retry loop (SEND's)
+        spun through its retries without yielding, and the reader never got to run."""
+        if self._ws is ws:
+            self._connected.clear()
 
     def _record_close(self, ws: ClientConnection) -> None:
         if ws.close_code is not None:

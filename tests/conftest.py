@@ -22,6 +22,7 @@ from tests.harness.qim_process import (
     pg_database,
     sqlite_database,
 )
+from tests.harness.node_logs import crash_report, current_label, keep_logs, label_of, tail_since
 from tests.harness.personas import TenantHandle
 from tests.harness.services import PostgresServer
 
@@ -31,6 +32,9 @@ redis_proc = factories.redis_proc(
 )
 _redis_db = itertools.count(1)
 _deployment_serial = itertools.count(1)
+# Deployments whose nodes may be running, so a failing test can point at their logs.
+LIVE_DEPLOYMENTS: list["QimDeployment"] = []
+_log_offsets: dict[Path, int] = {}
 
 TENANT_NAMES = ("acme", "globex")
 
@@ -57,18 +61,47 @@ class QimDeployment:
         self.tenants[name] = handle
         return handle
 
+    def __post_init__(self) -> None:
+        LIVE_DEPLOYMENTS.append(self)
+
+    @property
+    def log_paths(self) -> list[Path]:
+        return [node.log_path for node in self.nodes]
+
     def stop(self) -> None:
         """Stop every node, then fail if any handler crashed: an `internal` ERROR is a bug
-        even when the test that caused it passed."""
+        even when the test that caused it passed. The failure shows each whole traceback and
+        names the copy of the logs that pytest's temp-dir rotation will not delete."""
         for node in self.nodes:
             node.stop()
-        crashes = [
-            f"{node.log_path}: {line}"
-            for node in self.nodes
-            for line in node.log_path.read_text().splitlines()
-            if "Traceback" in line or " ERROR qim" in line
-        ]
-        assert not crashes, "server errors logged:\n" + "\n".join(crashes[:20])
+        if self in LIVE_DEPLOYMENTS:
+            LIVE_DEPLOYMENTS.remove(self)
+        report = crash_report(self.log_paths, current_label())
+        assert report is None, report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Remember where each live node log ends, so a failure shows what this test added."""
+    _log_offsets.clear()
+    for deployment in LIVE_DEPLOYMENTS:
+        for path in deployment.log_paths:
+            _log_offsets[path] = path.stat().st_size if path.exists() else 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    """A failed test keeps the live nodes' logs (var/test-logs/<test>/) and shows what they
+    logged while it ran."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or not LIVE_DEPLOYMENTS:
+        return
+    paths = [path for deployment in LIVE_DEPLOYMENTS for path in deployment.log_paths]
+    kept = keep_logs(paths, label_of(item.nodeid))
+    tails = "\n".join(f"--- {path.name} (since the test began) ---\n{tail_since(path, _log_offsets.get(path, 0))}"
+                      for path in paths)
+    report.sections.append(("qim node logs", f"kept in {kept}\n{tails}"))
 
 
 @pytest.fixture(scope="session")
