@@ -19,6 +19,8 @@ from tests.harness.personas import TenantHandle
 from tests.rooms.room_checker import RoomAcks, RoomMember, classify
 from tests.rooms.room_helpers import create_room, epoch_of, join
 
+pytestmark = pytest.mark.faults
+
 CAPACITY = 5
 SENDS = 20
 

@@ -23,6 +23,8 @@ from tests.harness.redis_server import RedisServer
 from tests.rooms.room_checker import RoomAcks, RoomMember, classify
 from tests.rooms.room_helpers import create_room, epoch_of, join
 
+pytestmark = pytest.mark.faults
+
 LEASE_TTL_S = 1.5
 
 
