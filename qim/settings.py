@@ -226,6 +226,8 @@ PASSWORD_HASHERS = env.list(
 # messages after `expiry` (60 s): node channels carry whole batches for many sockets, so
 # they get a large capacity. Persistent data never depends on a push arriving: SYNC heals.
 QIM_NODE_CHANNEL_CAPACITY = env.int("QIM_NODE_CHANNEL_CAPACITY", default=10000)
+# The channel layer's Redis connections per node at most (opened on demand, kept for reuse).
+QIM_LAYER_MAX_CONNECTIONS = env.int("QIM_LAYER_MAX_CONNECTIONS", default=1000)
 if QIM_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -233,8 +235,13 @@ if QIM_REDIS_URL:
             "CONFIG": {
                 # Reads must outlive channels-redis' 5 s blocking pop on an idle node channel
                 # (redis-py 8 would otherwise time out at the same 5 s and log an error).
-                # Retries on a connection broken by a redis-server restart (qim/outage.py).
-                "hosts": [{"address": QIM_REDIS_URL, "socket_timeout": 15, **resilient_options()}],
+                # Retries on a connection broken by a redis-server restart (qim/outage.py). Its
+                # pool does not wait for a free connection: redis-py 8 caps a pool at 100 and
+                # raises MaxConnectionsError past it, which a node met with 200 joins at once.
+                "hosts": [{
+                    "address": QIM_REDIS_URL, "socket_timeout": 15,
+                    "max_connections": QIM_LAYER_MAX_CONNECTIONS, **resilient_options(),
+                }],
                 "prefix": "qim:layer:",
                 "capacity": 1000,
                 "expiry": 30,
