@@ -10,6 +10,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from qim.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
+from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
 from qim.outage import outage_of
 
@@ -56,11 +58,15 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_ms / 1000)))}
         return Response(body, status=exc.http_status, headers=headers)
     response = drf_exception_handler(exc, context)
+    if response is None and is_database_unavailable(exc):
+        logger.warning("%s: database unavailable (%s)", context.get("view"), str(exc).strip().splitlines()[0])
+        body = {"code": "unavailable", "message": UNAVAILABLE_MESSAGE, "retry_after_ms": RETRY_AFTER_MS}
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
     if response is None and outage_of(exc) is not None:
         logger.warning("%s refused: Redis unreachable (%s)", context.get("view"), outage_of(exc))
         return Response(
-            {"code": "unavailable", "message": "a backing service is unreachable; retry", "retry_after_ms": 1000},
-            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"code": "unavailable", "message": "Redis is unreachable; retry later", "retry_after_ms": RETRY_AFTER_MS},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
         )
     if response is None:
         logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)

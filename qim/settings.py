@@ -245,6 +245,8 @@ PASSWORD_HASHERS = env.list(
 # messages after `expiry` (60 s): node channels carry whole batches for many sockets, so
 # they get a large capacity. Persistent data never depends on a push arriving: SYNC heals.
 QIM_NODE_CHANNEL_CAPACITY = env.int("QIM_NODE_CHANNEL_CAPACITY", default=10000)
+# The channel layer's Redis connections per node at most (opened on demand, kept for reuse).
+QIM_LAYER_MAX_CONNECTIONS = env.int("QIM_LAYER_MAX_CONNECTIONS", default=1000)
 if QIM_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -252,8 +254,13 @@ if QIM_REDIS_URL:
             "CONFIG": {
                 # Reads must outlive channels-redis' 5 s blocking pop on an idle node channel
                 # (redis-py 8 would otherwise time out at the same 5 s and log an error).
-                # Retries on a connection broken by a redis-server restart (qim/outage.py).
-                "hosts": [{"address": QIM_REDIS_URL, "socket_timeout": 15, **resilient_options()}],
+                # Retries on a connection broken by a redis-server restart (qim/outage.py). Its
+                # pool does not wait for a free connection: redis-py 8 caps a pool at 100 and
+                # raises MaxConnectionsError past it, which a node met with 200 joins at once.
+                "hosts": [{
+                    "address": QIM_REDIS_URL, "socket_timeout": 15,
+                    "max_connections": QIM_LAYER_MAX_CONNECTIONS, **resilient_options(),
+                }],
                 "prefix": "qim:layer:",
                 "capacity": 1000,
                 "expiry": 30,
@@ -297,10 +304,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # Redis unreachable: one WARNING line per failing step, no traceback (qim/outage.py).
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redis_outage"]}},
+    # An outage (database away, Redis unreachable) is logged as one WARNING line per failure,
+    # not as a crash (qim/db_outage.py, qim/outage.py).
+    "handlers": {"console": {
+        "class": "logging.StreamHandler", "formatter": "plain", "filters": ["database_unavailable", "redis_outage"],
+    }},
     "filters": {
         "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
+        "database_unavailable": {"()": "qim.db_outage.DatabaseUnavailableFilter"},
         "redis_outage": {"()": "qim.outage.RedisOutageFilter"},
     },
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},

@@ -21,7 +21,8 @@ from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
-from qim.gateway.errors import error_frame, outage_frame, refusal_frame
+from qim.db_outage import is_database_unavailable
+from qim.gateway.errors import error_frame, outage_frame, refusal_frame, unavailable_or_internal
 from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget, req_id_of
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
@@ -38,9 +39,11 @@ CLOSE_AUTH_TIMEOUT = 4408
 CLOSE_TOO_SLOW = 4429
 # The socket's token was revoked or expired, or its user deactivated (qim/gateway/revocation.py).
 CLOSE_CREDENTIALS_REVOKED = 4403
-# AUTH while Redis is unreachable (the connection cannot be announced): ERROR unavailable,
-# then this close: reconnect after a backoff (RFC 6455's 1013 is not one autobahn may send).
-CLOSE_UNAVAILABLE = 4503
+# AUTH could not be checked (the database is unavailable) or announced (Redis is
+# unreachable): reconnect after a pause. As HTTP's
+# 503; RFC 6455's 1013 would say the same, but autobahn lets applications close with 1000 or
+# 3000-4999 only.
+CLOSE_TRY_AGAIN_LATER = 4503
 
 
 class AuthFrame(msgspec.Struct):
@@ -252,13 +255,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         except Refused as exc:
             reply = refusal_frame(exc, req_id)
         except Exception as exc:
-            if outage_of(exc) is None:
-                logger.exception("handler for %s failed", frame_type)
-                reply = error_frame("internal", "the server failed to handle this frame", req_id)
-            else:
-                logger.warning("%s refused: Redis unreachable (%s)", frame_type, outage_of(exc))
+            logger.exception("handler for %s failed", frame_type)
+            reply = unavailable_or_internal(exc, req_id)
+            if outage_of(exc) is not None:
                 get_node().counters["redis_unavailable_replies"] += 1
-                reply = outage_frame(req_id)
         if reply is not None:
             if req_id is not None:
                 reply.setdefault("req_id", req_id)
@@ -277,7 +277,16 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if frame is None:
             await self._refuse("the first frame must be AUTH {token, device_id}")
             return
-        identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
+        try:
+            identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
+        except Exception as exc:
+            if not is_database_unavailable(exc):
+                raise
+            # Not the client's fault: say so, and close so that it reconnects after a pause.
+            logger.warning("AUTH refused: database unavailable (%s)", str(exc).strip().splitlines()[0])
+            await self.send_frame(unavailable_or_internal(exc, frame.req_id))
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)
+            return
         if identity is None:
             await self._refuse("unknown token, or a token of another device", frame.req_id)
             return
@@ -308,7 +317,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             logger.warning("AUTH refused: Redis unreachable (%s)", outage_of(exc))
             node.counters["redis_unavailable_replies"] += 1
             await self.send_frame(outage_frame(frame.req_id))
-            await self.close(code=CLOSE_UNAVAILABLE)
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)
             return
         reply = {
             "type": "AUTH_OK",

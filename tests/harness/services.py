@@ -65,15 +65,25 @@ class PostgresServer:
         server._run(
             [_pg_bin("initdb"), "-D", str(datadir), "-U", server.user, "-A", "trust", "-E", "UTF8", "--no-sync"]
         )
+        server.resume()
+        return server
+
+    def resume(self) -> None:
+        """Start the server on its data directory and port (again, after `halt`)."""
+        base = self.datadir.parent
         options = (
-            f"-p {server.port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off "
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
         )
-        server._run(
-            [_pg_bin("pg_ctl"), "-D", str(datadir), "-o", options, "-l", str(base / "log"), "-w", "start"]
+        self._run(
+            [_pg_bin("pg_ctl"), "-D", str(self.datadir), "-o", options, "-l", str(base / "log"), "-w", "start"]
         )
-        wait_for_port("127.0.0.1", server.port)
-        return server
+        wait_for_port("127.0.0.1", self.port)
+
+    def halt(self) -> None:
+        """Stop the server as an operator would (`pg_ctl stop -m fast`: sessions are cut, open
+        transactions roll back), keeping its data directory for `resume`."""
+        self._run([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"])
 
     def _run(self, argv: list[str]) -> None:
         if self.process_owner:

@@ -17,9 +17,9 @@ from tests.harness.checker import History
 from tests.harness.personas import Persona
 from tests.harness.qim_process import QimNode
 
-# ERROR codes after which the same client_msg_id is sent again: the server may be recovering
-# (internal: e.g. its database is away) or asks to slow down.
-RETRIED_CODES = ("internal", "rate_limited")
+# ERROR codes after which the same client_msg_id is sent again: the server's database is away
+# (unavailable), it may be recovering (internal), or it asks to slow down.
+RETRIED_CODES = ("unavailable", "internal", "rate_limited")
 _ids = itertools.count(1)
 
 
