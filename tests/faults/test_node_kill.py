@@ -69,7 +69,8 @@ async def test_a_node_killed_mid_traffic_loses_nothing(kill_cluster: QimDeployme
         await asyncio.gather(*traffic)
         await retry_unacked(devices, history, deadline)
         assert history.unacked() == []
-        await wait_until(lambda: history.missing(members) == 0, PATIENCE_S, "every member caught up")
+        await wait_until(lambda: history.missing(members) == 0, PATIENCE_S, "every member caught up",
+                         describe=lambda: history.check(members).describe())
         verdict = history.check(members)
         moved = sum(d.client.node_changes > 0 for d in devices[::2])
 
@@ -78,7 +79,8 @@ async def test_a_node_killed_mid_traffic_loses_nothing(kill_cluster: QimDeployme
         late = await Device.open("p0-tablet", people[0], [n1], history, device_id="tablet")
         devices.append(late)
         members_after = {**members, "p0-tablet": [group, dms[0]]}
-        await wait_until(lambda: history.missing(members_after) == 0, PATIENCE_S, "the late device caught up")
+        await wait_until(lambda: history.missing(members_after) == 0, PATIENCE_S, "the late device caught up",
+                         describe=lambda: history.check(members_after).describe())
         final = history.check(members_after)
     finally:
         for device in devices:

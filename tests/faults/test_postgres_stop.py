@@ -95,7 +95,8 @@ async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
         assert history.unacked() == []
         # Service is back at the first ACK of a SEND that had been refused during the outage.
         first_ack_after = min(s.acked_at for s in history.sends.values() if s.acked_at and "unavailable" in s.failures)
-        await wait_until(lambda: history.missing(members) == 0, PATIENCE_S, "every member caught up")
+        await wait_until(lambda: history.missing(members) == 0, PATIENCE_S, "every member caught up",
+                         describe=lambda: history.check(members).describe())
         verdict = history.check(members)
         drops = sum(d.client.reconnects for d in devices)
         codes = sorted({code for d in devices for code in d.codes})
