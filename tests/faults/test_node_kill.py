@@ -27,9 +27,9 @@ PATIENCE_S = 60
 
 
 @pytest.fixture(scope="module")
-def kill_cluster(postgres, pg_template, redis_proc, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+def kill_cluster(postgres, pg_template, quiet_redis, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
     deployment = start_cluster(
-        postgres, pg_template, redis_proc, work_dir, extra_env={"QIM_PER_USER_MSG_RATE": "1000"}
+        postgres, pg_template, quiet_redis, work_dir, extra_env={"QIM_PER_USER_MSG_RATE": "1000"}
     )
     yield deployment
     deployment.stop()

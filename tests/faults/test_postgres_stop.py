@@ -1,4 +1,4 @@
-"""PostgreSQL stopped for a few seconds under two nodes: SENDs meanwhile get `ERROR unavailable`
+"""PostgreSQL stopped (or crashed) for a few seconds under two nodes: SENDs meanwhile get `ERROR unavailable`
 (no dropped connection), no ACK without a commit, and service resumes by itself once the
 database is back; the checker finds nothing lost, duplicated, reordered or unexpected."""
 
@@ -33,16 +33,17 @@ CLOSE_TRY_AGAIN_LATER = 4503  # AUTH that could not be checked: the database is 
 
 @pytest.fixture(scope="module")
 def own_postgres() -> Iterator[PostgresServer]:
-    """Its own PostgreSQL: stopping the session's would break every other test."""
-    server = PostgresServer.start()
+    """Its own PostgreSQL: stopping the session's would break every other test. Durable (fsync,
+    synchronous commits) as in production, so that a crash may not take back an ACKed commit."""
+    server = PostgresServer.start(durable=True)
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def outage_cluster(own_postgres, redis_proc, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
+def outage_cluster(own_postgres, quiet_redis, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
     deployment = start_cluster(
-        own_postgres, make_pg_template(own_postgres), redis_proc, work_dir,
+        own_postgres, make_pg_template(own_postgres), quiet_redis, work_dir,
         extra_env={"QIM_PER_USER_MSG_RATE": "1000"},
     )
     yield deployment
@@ -63,17 +64,19 @@ async def refusals_during_outage(node: QimNode, persona: Persona) -> tuple[tuple
         return (answer.status_code, answer.json()["code"]), (error["code"], ws.close_code)
 
 
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
-    outage_cluster: QimDeployment, own_postgres: PostgresServer
+    outage_cluster: QimDeployment, own_postgres: PostgresServer, mode: str
 ) -> None:
+    """`fast`: stopped by an operator; `immediate`: crashed (sessions killed, WAL replayed)."""
     n1, n2 = outage_cluster.nodes
     tenant = outage_cluster.tenants["acme"]
-    people = [tenant.persona(f"q{i}") for i in range(PEOPLE)]
+    people = [tenant.persona(f"{mode}{i}") for i in range(PEOPLE)]
     group = create_group(people[0], *people[1:])
-    members = {f"q{i}": [group] for i in range(PEOPLE)}
+    members = {f"{mode}{i}": [group] for i in range(PEOPLE)}
     history = History()
     devices = [
-        await Device.open(f"q{i}", people[i], [n1, n2] if i % 2 == 0 else [n2, n1], history)
+        await Device.open(f"{mode}{i}", people[i], [n1, n2] if i % 2 == 0 else [n2, n1], history)
         for i in range(PEOPLE)
     ]
     try:
@@ -82,7 +85,7 @@ async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
         await wait_until(lambda: sum(1 for s in history.sends.values() if s.acks) >= PEOPLE * SENDS_EACH // 4,
                          PATIENCE_S, "a quarter of the traffic ACKed")
         history.fault()
-        own_postgres.halt()
+        own_postgres.halt(mode)
         halted_at = time.monotonic()
         await wait_until(lambda: any(d.codes for d in devices), PATIENCE_S, "a SEND refused during the outage")
         rest, auth = await refusals_during_outage(n2, people[0])
@@ -105,7 +108,7 @@ async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
             await device.close()
 
     record_result(
-        "postgres_stop", verdict, outage_s=round(resumed_at - halted_at, 2), refusal_codes=codes,
+        f"postgres_stop_{mode}", verdict, outage_s=round(resumed_at - halted_at, 2), refusal_codes=codes,
         service_back_after_s=round(first_ack_after - resumed_at, 3),
         caught_up_after_restart_s=round((verdict.recovery_time or 0) - (resumed_at - (history.fault_at or 0)), 3),
         retried=sum(bool(s.failures) for s in history.sends.values()),
