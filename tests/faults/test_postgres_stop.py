@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from websockets.asyncio.client import connect
@@ -64,6 +65,32 @@ async def refusals_during_outage(node: QimNode, persona: Persona) -> tuple[tuple
         return (answer.status_code, answer.json()["code"]), (error["code"], ws.close_code)
 
 
+@dataclass
+class Outage:
+    halted_at: float
+    resumed_at: float
+    rest: tuple[int, str]
+    auth: tuple[str, int]
+
+
+async def stop_postgres_for_a_while(
+    pg: PostgresServer, mode: str, history: History, devices: list[Device], node: QimNode, persona: Persona
+) -> Outage:
+    """Stop PostgreSQL (marking the fault), see SENDs, a REST call and an AUTH refused, and
+    start it again after OUTAGE_S (marking it healed). pg_ctl runs in a thread: the clients
+    keep reading meanwhile."""
+    history.fault()
+    await asyncio.to_thread(pg.halt, mode)
+    halted_at = time.monotonic()
+    await wait_until(lambda: any(d.codes for d in devices), PATIENCE_S, "a SEND refused during the outage")
+    rest, auth = await refusals_during_outage(node, persona)
+    await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - halted_at)))  # the outage lasts a few seconds
+    resumed_at = time.monotonic()  # from the start command on: PostgreSQL may serve before it returns
+    await asyncio.to_thread(pg.resume)
+    history.healed()
+    return Outage(halted_at, resumed_at, rest, auth)
+
+
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
     outage_cluster: QimDeployment, own_postgres: PostgresServer, mode: str
@@ -84,15 +111,7 @@ async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
         traffic = [asyncio.create_task(send_steadily(d, [group], SENDS_EACH, 0.1, deadline)) for d in devices]
         await wait_until(lambda: sum(1 for s in history.sends.values() if s.acks) >= PEOPLE * SENDS_EACH // 4,
                          PATIENCE_S, "a quarter of the traffic ACKed")
-        history.fault()
-        own_postgres.halt(mode)
-        halted_at = time.monotonic()
-        await wait_until(lambda: any(d.codes for d in devices), PATIENCE_S, "a SEND refused during the outage")
-        rest, auth = await refusals_during_outage(n2, people[0])
-        await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - halted_at)))  # the outage lasts a few seconds
-        resumed_at = time.monotonic()  # from the start command on: PostgreSQL may serve before it returns
-        own_postgres.resume()
-        history.healed()
+        outage = await stop_postgres_for_a_while(own_postgres, mode, history, devices, n2, people[0])
         await asyncio.gather(*traffic)
         await retry_unacked(devices, history, deadline)
         assert history.unacked() == []
@@ -108,15 +127,15 @@ async def test_postgresql_stopped_for_seconds_loses_nothing_and_service_resumes(
             await device.close()
 
     record_result(
-        f"postgres_stop_{mode}", verdict, outage_s=round(resumed_at - halted_at, 2), refusal_codes=codes,
-        service_back_after_s=round(first_ack_after - resumed_at, 3),
-        caught_up_after_restart_s=round((verdict.recovery_time or 0) - (resumed_at - (history.fault_at or 0)), 3),
+        f"postgres_stop_{mode}", verdict, outage_s=round(outage.resumed_at - outage.halted_at, 2),
+        refusal_codes=codes, service_back_after_s=round(first_ack_after - outage.resumed_at, 3),
+        caught_up_after_restart_s=round((verdict.recovery_time or 0) - (outage.resumed_at - (history.fault_at or 0)), 3),
         retried=sum(bool(s.failures) for s in history.sends.values()),
     )
     verdict.assert_clean()
     assert codes == ["unavailable"]  # a clear, retryable refusal, never a dropped connection
-    assert rest == (503, "unavailable")
-    assert auth == ("unavailable", CLOSE_TRY_AGAIN_LATER)
+    assert outage.rest == (503, "unavailable")
+    assert outage.auth == ("unavailable", CLOSE_TRY_AGAIN_LATER)
     assert drops == 0
     # No ACK without a commit: every ACKed message_id is a row, and only those are.
     acked_ids = {mid for s in history.sends.values() for mid, _ in s.acks}
