@@ -133,6 +133,9 @@ QIM_ROOM_WRITER_IDLE_S = env.float("QIM_ROOM_WRITER_IDLE_S", default=3600.0)
 QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
 QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
+# Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
+# decoding and encoding recurse once per level (qim/gateway/inbound.py).
+QIM_MAX_INBOUND_FRAME_DEPTH = 32
 
 # --- apps ---------------------------------------------------------------------
 INSTALLED_APPS = [
@@ -252,6 +255,9 @@ else:
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["qim.api_auth.DeviceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # The API speaks JSON only (protocol.md §3): a form or multipart body answers 415, and no
+    # multipart parser runs on what a stranger sends.
+    "DEFAULT_PARSER_CLASSES": ["qim.api_parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "qim.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -261,6 +267,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Multi-tenant instant messaging: REST half of the contract (protocol.md §3).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "qim.api_schema.add_error_responses",
+    ],
 }
 
 # --- misc ---------------------------------------------------------------------
