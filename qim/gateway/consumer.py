@@ -248,7 +248,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "server_time_ms": now_ms(),
             "registry_version": identity.registry_version,
             # The frame cap as this process applies it (daphne's limit may be lower).
-            "limits": {**all_limits(), "max_outbound_frame_bytes": outbound_frame_cap()},
+            "limits": {
+                **all_limits(),
+                "max_outbound_frame_bytes": outbound_frame_cap(),
+                "max_inbound_frame_depth": settings.QIM_MAX_INBOUND_FRAME_DEPTH,
+            },
         }
         if frame.req_id is not None:
             reply["req_id"] = frame.req_id

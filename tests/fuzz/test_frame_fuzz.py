@@ -230,6 +230,23 @@ def test_named_hostile_inputs_before_auth(target: FuzzTarget, frame: str | bytes
     target.first_frame(frame)
 
 
+def test_auth_ok_announces_the_depth_limit_and_it_holds(target: FuzzTarget) -> None:
+    async def auth_ok() -> dict[str, Any]:
+        ws = await websockets.connect(target.deployment.node.ws_url)
+        await ws.send(json.dumps({"type": "AUTH", "token": target.token, "device_id": "phone"}))
+        frame = json.loads(await ws.recv())
+        await ws.close()
+        return frame
+
+    depth = target.loop.run(auth_ok())["limits"]["max_inbound_frame_depth"]
+    assert depth == 32
+    # The frame object is level 1: a payload nested depth - 1 deep passes, one more does not.
+    at_limit = target.exchange('{"type": "PING", "req_id": "at", "x": ' + deep(depth - 1).text + "}")
+    assert [f["type"] for f in at_limit if f.get("req_id") == "at"] == ["PONG"], at_limit
+    over = target.exchange('{"type": "PING", "req_id": "over", "x": ' + deep(depth).text + "}")
+    assert [(f["type"], f["code"]) for f in over] == [("ERROR", "bad_frame")], over
+
+
 def test_unicode_reaction_key_is_accepted(target: FuzzTarget) -> None:
     conversation = target.known["conversation_id"][0]
     frames = target.exchange(json.dumps({
