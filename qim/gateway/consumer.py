@@ -187,12 +187,12 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             return
         # Room ticks give way while a conversation frame is handled, its reply included.
         with get_node().foreground.handling() if route.foreground else nullcontext():
-            await self._handle(route, raw, req_id)
+            await self._handle(route, raw, req_id, text)
 
-    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None) -> None:
+    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None, text: str) -> None:
         frame_type = route.frame_type
         try:
-            frame = convert_frame(raw, route.schema, frame_type)
+            frame = convert_frame(raw, route.schema, frame_type, text)
             reply = await route.handler(self.conn, frame)
         except Refused as exc:
             reply = refusal_frame(exc, req_id)
@@ -211,7 +211,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             try:
                 raw = parse_frame(text)
                 if raw.get("type") == "AUTH":
-                    frame = convert_frame(raw, AuthFrame, "AUTH")
+                    frame = convert_frame(raw, AuthFrame, "AUTH", text)
             except Refused:
                 frame = None
         if frame is None:

@@ -19,6 +19,8 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # A JSON string (skipped whole, so brackets inside it do not count) or one bracket.
 _STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# The escape of U+0000: an odd number of backslashes, then u0000 (`\\u0000` is text).
+_NUL_ESCAPE = re.compile(r'(?<!\\)(?:\\\\)*\\u0000')
 
 
 def check_depth(text: str) -> None:
@@ -55,13 +57,22 @@ def parse_frame(text: str) -> dict[str, Any]:
     return raw
 
 
-def convert_frame(raw: dict[str, Any], schema: type[T], frame_type: str) -> T:
-    """`raw` validated against `schema`; integers and strings in its fields must also fit the
-    database (64-bit integers, no NUL), whatever the schema says."""
+def holds_nul(text: str) -> bool:
+    """Whether a string in the frame holds U+0000 (JSON can only carry it escaped)."""
+    return "\\u0000" in text and _NUL_ESCAPE.search(text) is not None
+
+
+def convert_frame(raw: dict[str, Any], schema: type[T], frame_type: str, text: str) -> T:
+    """`raw` (decoded from `text`) validated against `schema`; it must also fit the database
+    whatever the schema says: no NUL in any string, payloads included (PostgreSQL stores none:
+    ids are text columns, previews and control events JSON ones), and 64-bit integers in the
+    typed fields."""
     try:
         frame = codec.convert(raw, schema)
     except msgspec.ValidationError as exc:
         raise Refused("bad_frame", f"{frame_type}: {exc}") from None
+    if holds_nul(text):
+        raise Refused("bad_frame", f"{frame_type}: strings may not hold NUL (\\u0000)")
     problem = _unstorable(frame, "$")
     if problem is not None:
         raise Refused("bad_frame", f"{frame_type}: {problem}")
@@ -70,8 +81,8 @@ def convert_frame(raw: dict[str, Any], schema: type[T], frame_type: str) -> T:
 
 def _unstorable(value: Any, path: str) -> str | None:
     """What in a converted frame's typed fields no database column would take: an integer
-    outside 64 bits (SQLite raises OverflowError) or a NUL in a string (PostgreSQL refuses
-    it). Opaque payloads (fields typed Any) are stored as JSON text and not looked into."""
+    outside 64 bits (SQLite raises OverflowError, PostgreSQL's bigint refuses it). Opaque
+    payloads (fields typed Any) are stored as JSON text and not looked into."""
     if isinstance(value, msgspec.Struct):
         for name in _typed_fields(type(value)):
             problem = _unstorable(getattr(value, name), f"{path}.{name}")
@@ -85,8 +96,6 @@ def _unstorable(value: Any, path: str) -> str | None:
     elif isinstance(value, int) and not isinstance(value, bool):
         if not INT64_MIN <= value <= INT64_MAX:
             return f"integer out of the 64-bit range - at `{path}`"
-    elif isinstance(value, str) and "\x00" in value:
-        return f"NUL character in string - at `{path}`"
     return None
 
 

@@ -37,6 +37,11 @@ BASE_SETTINGS = settings(
 
 _req_ids = itertools.count(1)
 
+# Opaque payloads are stored as JSON text: these must be stored (or refused) cleanly too.
+ODD_PAYLOADS: list[Any] = [
+    {"text": "nul \u0000 inside"}, {"text": "big", "n": 2**70}, {"text": "\U0001F600 \u202e"}, {"text": ""},
+]
+
 
 def fuzz_settings(max_examples: int) -> settings:
     """Bounded, so the file runs in well under two minutes on a loaded two-core machine."""
@@ -112,6 +117,8 @@ def target(request: pytest.FixtureRequest) -> Iterator[FuzzTarget]:
     conversation = create_group(alice, bob)
     room_id = f"fuzz-{alice.user_id}".lower()
     api_ok(deployment.node, "POST", "rooms", alice.token(), json={"room_id": room_id})
+    # bob's offline tablet takes pushes: fuzzed SENDs write PushTask rows (JSON columns) too.
+    api_ok(deployment.node, "POST", "devices/tablet/push", bob.token("tablet"), json={"platform": "ios", "push_token": "t"})
     loop = LoopThread()
     target = FuzzTarget(deployment, loop, LogWatch(deployment.node.log_path))
     target.fuzz = loop.run(open_authed(deployment.node.ws_url, alice.token(), "phone"))
@@ -125,7 +132,8 @@ def target(request: pytest.FixtureRequest) -> Iterator[FuzzTarget]:
         "req_id": [REQ_ID], "conversation_id": [conversation, "no-such-conversation", "会话-😀"],
         "room_id": [room_id], "target_user_id": [bob.user_id, "nobody"], "user_ids": [[bob.user_id], ["ü", ""]],
         "content_type": ["text", "qim.recall.v1", "no.such.type"], "conversation_seq": [1, 2],
-        "read_conversation_seq": [0, 1], "payload": [{"text": "hi"}, {"text": 5}, None],
+        "read_conversation_seq": [0, 1], "payload": [{"text": "hi"}, {"text": 5}, None] + ODD_PAYLOADS,
+        "signal_payload": ODD_PAYLOADS,
         "reaction_key": ["👍", "+1", "ключ", "a" * 32],
     }
     target.token = alice.token()
@@ -245,6 +253,39 @@ def test_auth_ok_announces_the_depth_limit_and_it_holds(target: FuzzTarget) -> N
     assert [f["type"] for f in at_limit if f.get("req_id") == "at"] == ["PONG"], at_limit
     over = target.exchange('{"type": "PING", "req_id": "over", "x": ' + deep(depth).text + "}")
     assert [(f["type"], f["code"]) for f in over] == [("ERROR", "bad_frame")], over
+
+
+def send_text(target: FuzzTarget, payload: dict[str, Any]) -> dict[str, Any]:
+    client_msg_id = f"odd-{next(_req_ids)}"
+    sent = target.exchange(json.dumps({
+        "type": "SEND", "req_id": client_msg_id, "conversation_id": target.known["conversation_id"][0],
+        "client_msg_id": client_msg_id, "content_type": "text", "payload": payload,
+    }))
+    return next(f for f in sent if f.get("req_id") == client_msg_id)
+
+
+def test_nul_in_a_payload_is_refused(target: FuzzTarget) -> None:
+    """PostgreSQL stores no NUL in its JSON columns (bob's offline tablet gets a push task
+    holding the preview): it was an `internal` ERROR there, and is bad_frame everywhere."""
+    answer = send_text(target, ODD_PAYLOADS[0])
+    assert (answer["type"], answer["code"]) == ("ERROR", "bad_frame"), answer
+    # A backslash followed by "u0000" is text, not NUL.
+    assert send_text(target, {"text": "\\u0000"})["type"] == "ACK"
+
+
+@pytest.mark.parametrize("payload", ODD_PAYLOADS[1:], ids=["big-int", "unicode", "empty"])
+def test_odd_text_payloads_are_stored_and_read_back(target: FuzzTarget, payload: dict[str, Any]) -> None:
+    """SEND, then HISTORY: the payload comes back as sent (and bob's offline tablet got a
+    push task), on either database."""
+    conversation = target.known["conversation_id"][0]
+    ack = send_text(target, payload)
+    assert ack["type"] == "ACK", ack
+    seq = ack["conversation_seq"]
+    history = target.exchange(json.dumps({
+        "type": "HISTORY", "req_id": "h", "conversation_id": conversation, "after_seq": seq - 1, "limit": 1,
+    }))
+    batch = next(f for f in history if f.get("req_id") == "h")
+    assert [m["payload"] for m in batch["messages"]] == [payload], batch
 
 
 def test_unicode_reaction_key_is_accepted(target: FuzzTarget) -> None:
