@@ -16,8 +16,9 @@ import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import QimDeployment, start_cluster, start_embedded
+from tests.conftest import QimDeployment
 from tests.core.conversation_helpers import create_group
+from tests.fuzz.deploy import start_node
 from tests.fuzz.frames import NOT_OBJECTS, any_text_frames, deep, frame_types, frames_of, to_json
 from tests.fuzz.wire import LogWatch, LoopThread, open_authed, ping, refused_before_auth, round_trip
 from tests.harness.personas import api_ok
@@ -93,25 +94,13 @@ class FuzzTarget:
         self.log.assert_clean()
 
 
-def start_node(request: pytest.FixtureRequest, backend: str) -> QimDeployment:
-    """The embedded default, or one node on PostgreSQL and Redis: what one database stores
-    without complaint (an integer past 64 bits, a NUL) the other may refuse with a traceback."""
-    work_dir = request.getfixturevalue("work_dir")
-    if backend == "sqlite":
-        return start_embedded(request.getfixturevalue("sqlite_template"), work_dir, extra_env=FUZZ_ENV)
-    return start_cluster(
-        request.getfixturevalue("postgres"), request.getfixturevalue("pg_template"),
-        request.getfixturevalue("redis_proc"), work_dir, nodes=1, extra_env=FUZZ_ENV,
-    )
-
-
 BACKEND = "sqlite"  # tests/fuzz/test_frame_fuzz_postgres.py runs these tests on PostgreSQL
 
 
 @pytest.fixture(scope="module")
 def target(request: pytest.FixtureRequest) -> Iterator[FuzzTarget]:
     backend = request.module.BACKEND
-    deployment = start_node(request, backend)
+    deployment = start_node(request, FUZZ_ENV)
     acme = deployment.tenants["acme"]
     alice, bob = acme.persona("alice"), acme.persona("bob")
     conversation = create_group(alice, bob)
