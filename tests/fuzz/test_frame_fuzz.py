@@ -5,6 +5,7 @@ connection keeps answering PING, and the node logs no traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import Iterator
@@ -19,8 +20,8 @@ from hypothesis import strategies as st
 from tests.conftest import QimDeployment
 from tests.core.conversation_helpers import create_group
 from tests.fuzz.deploy import start_node
-from tests.fuzz.frames import NOT_OBJECTS, any_text_frames, deep, frame_types, frames_of, to_json
-from tests.fuzz.wire import LogWatch, LoopThread, open_authed, ping, refused_before_auth, round_trip
+from tests.fuzz.frames import NOT_OBJECTS, any_text_frames, deep, frame_types, frames_of, hostile_values, to_json
+from tests.fuzz.wire import LogWatch, LoopThread, open_authed, ping, recv_frame, refused_before_auth, round_trip
 from tests.harness.personas import api_ok
 
 # Rates raised so fuzzed SENDs and REACTs reach their handlers instead of the rate limiter.
@@ -161,7 +162,7 @@ def check_answered(frame_type: str, req_id: str | None, frames: list[dict[str, A
 
 @pytest.mark.parametrize("frame_type", frame_types())
 def test_fuzzed_frames_of_every_type_get_typed_answers(target: FuzzTarget, frame_type: str) -> None:
-    @fuzz_settings(40)
+    @fuzz_settings(60)
     @given(frame=frames_of(frame_type, target.known))
     def fuzz(frame: dict[str, Any]) -> None:
         req_id = unique_req_id(frame)
@@ -170,7 +171,7 @@ def test_fuzzed_frames_of_every_type_get_typed_answers(target: FuzzTarget, frame
     fuzz()
 
 
-@fuzz_settings(120)
+@fuzz_settings(150)
 @given(text=any_text_frames())
 def test_fuzzed_text_and_bytes_get_typed_errors(target: FuzzTarget, text: str | bytes) -> None:
     frames = target.exchange(text)
@@ -178,11 +179,44 @@ def test_fuzzed_text_and_bytes_get_typed_errors(target: FuzzTarget, text: str | 
     assert len([f for f in frames if f["type"] == "ERROR"]) <= 1, frames
 
 
-@fuzz_settings(60)
+@fuzz_settings(80)
 @given(first=st.sampled_from(frame_types()).flatmap(lambda t: frames_of(t, {})).map(to_json) | any_text_frames()
        | st.fixed_dictionaries({"type": st.just("AUTH"), "token": st.text(), "device_id": st.text()}).map(to_json))
 def test_fuzzed_first_frames_are_refused_with_4401(target: FuzzTarget, first: str | bytes) -> None:
     target.first_frame(first)
+
+
+@fuzz_settings(30)
+@given(fields=st.dictionaries(st.sampled_from(["client_version", "req_id", "extra"]), hostile_values(), max_size=3))
+def test_auth_with_a_good_token_and_hostile_fields(target: FuzzTarget, fields: dict[str, Any]) -> None:
+    """AUTH with the right token and device: AUTH_OK when the other fields are well typed,
+    else ERROR unauthenticated and 4401; never anything else."""
+    text = to_json({**fields, "type": "AUTH", "token": target.token, "device_id": "phone"})
+
+    async def authenticate() -> None:
+        async with websockets.connect(target.deployment.node.ws_url, max_size=None) as ws:
+            await ws.send(text)
+            answer = await recv_frame(ws)
+            if answer["type"] == "AUTH_OK":
+                assert isinstance(fields.get("client_version", ""), str), fields
+                assert isinstance(fields.get("req_id"), str | None), fields
+                return
+            assert (answer["type"], answer["code"]) == ("ERROR", "unauthenticated"), answer
+            try:
+                await asyncio.wait_for(ws.recv(), 30)
+            except websockets.ConnectionClosed as closed:
+                assert closed.rcvd is not None and closed.rcvd.code == 4401
+            else:
+                raise AssertionError("a frame after the refusal")
+
+    async def with_control() -> None:
+        await authenticate()
+        await ping(target.control)
+
+    target.loop.run(with_control())
+    target.counts["frames"] += 1
+    target.counts["control_pings"] += 1
+    target.log.assert_clean()
 
 
 # The named hostile inputs of issue #17, written out: (frame, expected code, req_id echoed).
