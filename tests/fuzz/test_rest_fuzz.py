@@ -129,26 +129,33 @@ def test_unauthenticated_calls_answer_401_everywhere(rest: RestTarget) -> None:
     rest.log.assert_clean()
 
 
+BIG_JSON = b'{"kind": "group", "member_user_ids": [], "title": "' + b"x" * 3_000_000 + b'"}'
+
+
 @pytest.mark.parametrize(
-    ("content_type", "body", "status"),
+    ("content_type", "body", "status", "code"),
     [
-        ("application/json", b'{"kind": "group", ', 400),
-        ("application/json", b"[" * 5000 + b"]" * 5000, 400),
-        ("multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--x--", 415),
-        ("multipart/form-data", b"no boundary at all", 415),
-        ("application/x-www-form-urlencoded", b"kind=group&" * 2000, 415),
-        ("text/plain", b"hello", 415),
+        ("application/json", b'{"kind": "group", ', 400, "bad_request"),
+        ("application/json", b"[" * 5000 + b"]" * 5000, 400, "bad_request"),
+        ("application/json", BIG_JSON, 413, "too_large"),
+        ("multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--x--", 415, "bad_request"),
+        ("multipart/form-data", b"no boundary at all", 415, "bad_request"),
+        ("application/x-www-form-urlencoded", b"kind=group&" * 2000, 415, "bad_request"),
+        ("text/plain", b"hello", 415, "bad_request"),
     ],
-    ids=["truncated-json", "deep-json", "multipart", "multipart-no-boundary", "form-too-many-fields", "text"],
+    ids=["truncated-json", "deep-json", "big-json", "multipart", "multipart-no-boundary", "form-too-many-fields", "text"],
 )
-def test_unreadable_bodies_answer_code_and_message(rest: RestTarget, content_type: str, body: bytes, status: int) -> None:
+def test_unreadable_bodies_answer_code_and_message(
+    rest: RestTarget, content_type: str, body: bytes, status: int, code: str
+) -> None:
+    """Each was a 500 or a bare 400 from Twisted before issue #17's fixes."""
     response = httpx.post(
         f"{rest.deployment.node.http_url}/api/v1/conversations", content=body, timeout=30,
         headers={"Content-Type": content_type, "Authorization": f"Token {rest.tokens['user']}"},
     )
-    assert response.status_code == status, response.text
+    assert response.status_code == status, (response.status_code, response.text)
     assert response.headers["content-type"] == "application/json", response.headers
-    assert response.json()["code"] == "bad_request" and response.json()["message"], response.text
+    assert response.json()["code"] == code and response.json()["message"], response.text
     rest.log.assert_clean()
 
 
