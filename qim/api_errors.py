@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -57,6 +58,8 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
             body["retry_after_ms"] = exc.retry_after_ms
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_ms / 1000)))}
         return Response(body, status=exc.http_status, headers=headers)
+    if isinstance(exc, SuspiciousOperation):
+        return _refused_request(exc)
     response = drf_exception_handler(exc, context)
     if response is None and is_database_unavailable(exc):
         logger.warning("%s: database unavailable (%s)", context.get("view"), str(exc).strip().splitlines()[0])
@@ -84,6 +87,14 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
         body["retry_after_ms"] = int(exc.wait * 1000)
     response.data = body
     return response
+
+
+def _refused_request(exc: SuspiciousOperation) -> Response:
+    """Django refuses a request it will not read (too big, too many fields, a bad header):
+    the client's fault, answered like any other bad request and logged without a traceback."""
+    if isinstance(exc, RequestDataTooBig):
+        return Response({"code": "too_large", "message": "request body too large"}, status=413)
+    return Response({"code": "bad_request", "message": f"request refused: {exc}"}, status=400)
 
 
 def json_not_found(request, exception=None):  # type: ignore[no-untyped-def]

@@ -93,7 +93,7 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # Ours: each authenticated connection's inbound frame budget, a token bucket of
     # `inbound_frame_burst` frames refilled at `inbound_frame_rate` per second (a frame over it
     # answers rate_limited, unhandled); more than `inbound_flood_max_refused` refused frames
-    # within `inbound_flood_window_s` close the socket with 4430 (qim/gateway/inbound.py).
+    # within `inbound_flood_window_s` close the socket with 4430 (qim/gateway/inbound_budget.py).
     # Far above any real client and the benchmarks' paced senders.
     "inbound_frame_rate": 500,
     "inbound_frame_burst": 1000,
@@ -154,6 +154,9 @@ QIM_AUTH_TOKEN_RATE_PER_ADDRESS = env.str("QIM_AUTH_TOKEN_RATE_PER_ADDRESS", def
 QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
 QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
+# Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
+# decoding and encoding recurse once per level (qim/gateway/inbound.py).
+QIM_MAX_INBOUND_FRAME_DEPTH = 32
 
 # --- apps ---------------------------------------------------------------------
 INSTALLED_APPS = [
@@ -176,6 +179,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "qim.nul_guard.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -281,6 +285,9 @@ else:
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["qim.api_auth.DeviceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # The API speaks JSON only (protocol.md §3): a form or multipart body answers 415, and no
+    # multipart parser runs on what a stranger sends.
+    "DEFAULT_PARSER_CLASSES": ["qim.api_parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "qim.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -290,6 +297,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Multi-tenant instant messaging: REST half of the contract (protocol.md §3).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "qim.api_schema.add_error_responses",
+    ],
 }
 
 # --- misc ---------------------------------------------------------------------

@@ -23,7 +23,8 @@ from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.db_outage import is_database_unavailable
 from qim.gateway.errors import error_frame, outage_frame, refusal_frame, unavailable_or_internal
-from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget, req_id_of
+from qim.gateway.inbound import convert_frame, parse_frame
+from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.outage import outage_of
@@ -198,7 +199,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _within_inbound_budget(self, text: str | None) -> bool:
         """Over budget: ERROR rate_limited (echoing the frame's req_id), the frame unhandled;
-        a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound.py)."""
+        a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound_budget.py)."""
         if self._flooding:
             return False
         if self._inbound is None:
@@ -223,12 +224,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _dispatch_frame(self, text: str) -> None:
         try:
-            raw = codec.decode(text)
-        except msgspec.DecodeError as exc:
-            await self.send_frame(error_frame("bad_frame", f"malformed JSON: {exc}"))
-            return
-        if not isinstance(raw, dict):
-            await self.send_frame(error_frame("bad_frame", "a frame is a JSON object"))
+            raw = parse_frame(text)
+        except Refused as exc:
+            await self.send_frame(refusal_frame(exc, None))
             return
         req_id = raw.get("req_id")
         if req_id is not None and not isinstance(req_id, str):
@@ -238,20 +236,18 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         route = route_for(frame_type) if isinstance(frame_type, str) else None
         if route is None:
             await self.send_frame(
-                error_frame("unknown_type", f"unknown frame type {frame_type!r}", req_id)
+                error_frame("unknown_type", f"unknown frame type {_shown(frame_type)}", req_id)
             )
             return
         # Room ticks give way while a conversation frame is handled, its reply included.
         with get_node().foreground.handling() if route.foreground else nullcontext():
-            await self._handle(route, raw, req_id)
+            await self._handle(route, raw, req_id, text)
 
-    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None) -> None:
+    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None, text: str) -> None:
         frame_type = route.frame_type
         try:
-            frame = codec.convert(raw, route.schema)
+            frame = convert_frame(raw, route.schema, frame_type, text)
             reply = await route.handler(self.conn, frame)
-        except msgspec.ValidationError as exc:
-            reply = error_frame("bad_frame", f"{frame_type}: {exc}", req_id)
         except Refused as exc:
             reply = refusal_frame(exc, req_id)
         except Exception as exc:
@@ -269,10 +265,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         frame = None
         if text is not None and size <= settings.QIM_MAX_INBOUND_FRAME_BYTES:
             try:
-                raw = codec.decode(text)
-                if isinstance(raw, dict) and raw.get("type") == "AUTH":
-                    frame = codec.convert(raw, AuthFrame)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+                raw = parse_frame(text)
+                if raw.get("type") == "AUTH":
+                    frame = convert_frame(raw, AuthFrame, "AUTH", text)
+            except Refused:
                 frame = None
         if frame is None:
             await self._refuse("the first frame must be AUTH {token, device_id}")
@@ -330,7 +326,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "registry_version": identity.registry_version,
             "token_expires_at_ms": token_expires_at_ms(identity.token_issued_ms),
             # The frame cap as this process applies it (daphne's limit may be lower).
-            "limits": {**all_limits(), "max_outbound_frame_bytes": outbound_frame_cap()},
+            "limits": {
+                **all_limits(),
+                "max_outbound_frame_bytes": outbound_frame_cap(),
+                "max_inbound_frame_depth": settings.QIM_MAX_INBOUND_FRAME_DEPTH,
+            },
         }
         if frame.req_id is not None:
             reply["req_id"] = frame.req_id
@@ -339,3 +339,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
     async def _refuse(self, message: str, req_id: str | None = None) -> None:
         await self.send_frame(error_frame("unauthenticated", message, req_id))
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+
+def _shown(value: Any) -> str:
+    """A client's value in an error message, cut short: it may be any JSON."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
