@@ -16,6 +16,7 @@ from typing import Any
 
 from ulid import ULID
 
+from qim.background import spawn
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.faults import fault_point
@@ -68,10 +69,13 @@ class RoomWriter:
     # When the room last had a member or a message (monotonic): see idle_for().
     last_active: float = field(default_factory=time.monotonic)
     _recent_sends: "OrderedDict[tuple[str, str], dict]" = field(default_factory=OrderedDict)
-    # Held from allocating a room_seq until its batch is handed to every node: concurrent
-    # sends (one task per forwarded ROOM_SEND) otherwise race in the channel layer, whose
-    # message order is the time each send reached Redis, and a node got 5 before 3 (§8).
-    _publishing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Appended events waiting for their batch, in room_seq order, each with its sender's
+    # future. One publisher task sends them: concurrent sends (one task per forwarded
+    # ROOM_SEND) each awaiting their own channel-layer send raced in Redis, whose message order
+    # is the time each send reached it, and a node got 5 before 3 (§8). It also merges the
+    # events appended while a batch was on its way into one batch per node.
+    _outbox: list[tuple[dict[str, Any], asyncio.Future[None]]] = field(default_factory=list)
+    _publisher: asyncio.Task[None] | None = None
 
     def holds_lease(self) -> bool:
         return time.monotonic() < self.lease_valid_until
@@ -138,11 +142,8 @@ class RoomWriter:
         A retry with the same client_msg_id while the original is still in the ring answers
         the original (the design's dedupe id). Raises Refused("rate_limited").
         """
-        async with self._publishing:
-            return await self._send(sender_id, content_type, payload, client_msg_id)
-
-    async def _send(self, sender_id: str, content_type: str, payload: Any, client_msg_id: str | None) -> dict[str, Any]:
         await self.check_fence()
+        # From here to the outbox nothing awaits: room_seq order is outbox order.
         dedupe_key = (sender_id, client_msg_id) if client_msg_id else None
         if dedupe_key is not None:
             earlier = self._recent_sends.get(dedupe_key)
@@ -168,8 +169,33 @@ class RoomWriter:
             self._recent_sends[dedupe_key] = ack
             while len(self._recent_sends) > self.ring.max_items:
                 self._recent_sends.popitem(last=False)
-        await self._broadcast([event])
+        await self._publish_in_order(event)
         return ack
+
+    async def _publish_in_order(self, event: dict[str, Any]) -> None:
+        """Queue `event` for its batch and wait until it was handed to every node."""
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.append((event, sent))
+        if self._publisher is None:
+            self._publisher = spawn(self._publish_outbox(), name="qim-room-publisher")
+        await sent
+
+    async def _publish_outbox(self) -> None:
+        try:
+            while self._outbox:
+                taken, self._outbox = self._outbox, []
+                try:
+                    await self._broadcast([event for event, _ in taken])
+                except Exception as error:
+                    for _, sent in taken:
+                        if not sent.done():
+                            sent.set_exception(error)
+                else:
+                    for _, sent in taken:
+                        if not sent.done():
+                            sent.set_result(None)
+        finally:
+            self._publisher = None
 
     async def check_fence(self) -> None:
         """Refuse (NOT_WRITER: the caller finds the room's writer again) unless the lease is
