@@ -35,6 +35,9 @@ CHECKS = [
 ]
 # Operations whose schema takes no input at all: negative cases cannot be made for them.
 NO_INPUT = {"GET /api/v1/health", "GET /api/v1/node", "GET /api/v1/rtc/ice-servers"}
+# Logging out with a token the other operations use would revoke it for the rest of the module:
+# fuzzed only without a valid token here; tests/core/test_credentials_*.py test it with one.
+REVOKES_OWN_TOKEN = {"DELETE /api/v1/auth/token"}
 
 
 @dataclass
@@ -104,6 +107,8 @@ def test_every_operation_answers_as_its_schema_says(rest: RestTarget, mode: Gene
     assert len(operations) >= 20, [op.label for op in operations]
     for operation in operations:
         if mode is GenerationMode.NEGATIVE and operation.label in NO_INPUT:
+            continue
+        if who in ("admin", "user") and operation.label in REVOKES_OWN_TOKEN:
             continue
         try:
             fuzz_operation(rest, operation, mode, who)

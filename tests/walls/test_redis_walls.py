@@ -23,12 +23,19 @@ _serial = itertools.count(1)
 TENANT_KEY = re.compile(
     r"^qim:(?:presence:(?:user|device|watch)|room:lease|rtc:call|rtc:active):(?P<tenant>\d+):"
     r"|^qim:rate:LIMITER/[a-z_]+/(?P<rate_tenant>\d+)/"
+    # Login attempts are counted before the tenant is looked up (an unknown tenant must answer
+    # like a known one), so their key names the tenant as the client gave it: its unique name.
+    r"|^qim:rate:LIMITER/auth_token_rate_per_account/(?P<login_tenant>[^/]+)/"
 )
 
 
-def tenant_of(key: str) -> int | None:
+def tenant_of(key: str, ids: dict[str, int]) -> int | None:
     match = TENANT_KEY.match(key)
-    return int(match.group("tenant") or match.group("rate_tenant")) if match else None
+    if match is None:
+        return None
+    if match.group("login_tenant"):
+        return ids.get(match.group("login_tenant"))
+    return int(match.group("tenant") or match.group("rate_tenant"))
 
 
 def twin(handle: TenantHandle, name: str) -> Persona:
@@ -93,7 +100,7 @@ async def check_walls(cluster: QimDeployment, names: dict[str, str], acme_side, 
     assert named, keys
     by_kind: dict[str, set[int]] = {}
     for key in named:
-        tenant = tenant_of(key)
+        tenant = tenant_of(key, ids)
         assert tenant in ids.values(), f"{key} names a user, room or call without its tenant"
         by_kind.setdefault(key.rsplit(":", 2)[0] if key.startswith("qim:rate") else key.split(":")[2], set()).add(tenant)
     # The same names in both tenants: two keys of each kind, one per tenant (rate windows last

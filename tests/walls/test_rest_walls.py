@@ -105,6 +105,8 @@ CASES: dict[str, list[Case]] = {
     "registry-type": [(lambda w, t, m=m: (m, f"registry/types/{t}", w.acme.admin_token,
                                           {"preview_template": "x"} if m in ("PUT", "PATCH") else None),
                        lambda w: w.globex_type) for m in ("GET", "PUT", "PATCH", "DELETE")],
+    "user-deactivate": [(lambda w, u: ("POST", f"users/{u}/deactivate", w.acme.admin_token, None),
+                         lambda w: w.gina.user_id)],
     # Creations last: each makes acme's own object of the foreign name.
     "users": [(lambda w, u: ("POST", "users", w.acme.admin_token, {"username": u, "password": "pw-long-enough"}),
                lambda w: w.gina.user_id)],
