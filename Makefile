@@ -21,6 +21,7 @@ deps: $(VENV)/.installed
 # Serve the embedded default (SQLite under var/, in-process channel layer) on :8000.
 run: deps
 	$(PY) manage.py migrate -v0
+	$(PY) manage.py collectstatic --noinput -v0
 	@$(PY) manage.py qim_bootstrap --tenant $(DEMO_TENANT) --admin admin --password $(DEMO_PASSWORD) \
 	  | tail -n 1 | sed 's/^/demo tenant (admin password $(DEMO_PASSWORD)): /'
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
