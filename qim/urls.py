@@ -3,9 +3,9 @@ client's page at /."""
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
-from qim import api, web_client
+from qim import api, api_docs, web_client
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
@@ -26,8 +26,8 @@ api_v1 = [
     path("", include("rtc.urls")),
     path("", include("rooms.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
-    path("redoc/", SpectacularRedocView.as_view(url_name="schema", template_name="qim/redoc.html"), name="redoc"),
+    path("docs/", api_docs.swagger, name="docs"),
+    path("redoc/", api_docs.redoc, name="redoc"),
 ]
 
 urlpatterns = [
