@@ -2,6 +2,7 @@
  * open conversation (history paging, send, edit, recall, reactions, typing), kept live by
  * the SDK's mailbox events and pushes. */
 import { clock, h } from "./dom.js";
+import { RoomsPanel } from "./rooms.js";
 
 const REACTIONS = ["👍", "❤️", "😂"];
 const TYPING_SHOWN_MS = 6000;
@@ -13,6 +14,7 @@ export class Chat {
     this.open = null; // {id, messages: Map(seq -> message), hasMore}
     this.mine = new Set(); // "seq:key" reactions this device added
     this.typingUntil = new Map();
+    this.rooms = new RoomsPanel(client, rest, (...pane) => this.showPane(...pane));
     this.build();
   }
 
@@ -23,7 +25,7 @@ export class Chat {
     const side = h("aside", { class: "sidebar" },
       h("header", {}, h("strong", { id: "me" }, `${this.session.userId} @ ${this.session.tenant}`), this.status,
         h("button", { id: "logout", onclick: () => this.logout() }, "Log out")),
-      this.groupForm(), this.list);
+      this.groupForm(), this.list, this.rooms.form(), this.rooms.list);
     this.root.replaceChildren(h("main", { class: "chat" }, side, this.pane));
   }
 
@@ -71,6 +73,7 @@ export class Chat {
   }
 
   async openConversation(id) {
+    this.rooms.openId = null;
     this.open = { id, messages: new Map(), hasMore: false };
     this.typingLine = h("p", { id: "typing", class: "typing" });
     this.timeline = h("ol", { id: "messages", class: "messages" });
@@ -82,6 +85,15 @@ export class Chat {
       this.older, this.timeline, this.typingLine, this.composer(id));
     await this.loadPage();
     await this.markRead();
+  }
+
+  /** The right-hand pane for something that is not a conversation (a room). */
+  showPane(title, ...parts) {
+    const onClose = parts.pop();
+    this.open = null;
+    this.pane.className = "conversation";
+    this.pane.replaceChildren(h("header", {}, h("button", { class: "back", onclick: () => { onClose(); this.close(); } }, "←"),
+      h("h2", {}, title)), ...parts);
   }
 
   close() {
