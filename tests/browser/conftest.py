@@ -39,10 +39,13 @@ def web_client_built(work_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def web(sqlite_template: Path, work_dir: Path, web_client_built: Path) -> Iterator[QimDeployment]:
-    """One embedded node (what `make run` serves) with the web client collected."""
+def web(request: pytest.FixtureRequest, sqlite_template: Path, work_dir: Path,
+        web_client_built: Path) -> Iterator[QimDeployment]:
+    """One embedded node (what `make run` serves) with the web client collected; the test
+    module's `WEB_ENV`, if any, adds settings."""
     # The page's origin is http://127.0.0.1:<a free port>: its WebSocket handshake must pass.
-    deployment = start_embedded(sqlite_template, work_dir, extra_env={"QIM_ALLOWED_ORIGINS": "*"})
+    extra_env = {"QIM_ALLOWED_ORIGINS": "*", **getattr(request.module, "WEB_ENV", {})}
+    deployment = start_embedded(sqlite_template, work_dir, extra_env=extra_env)
     yield deployment
     deployment.stop()
 

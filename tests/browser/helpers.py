@@ -45,3 +45,12 @@ def send_as(persona: Persona, conversation_id: str, content_type: str, payload: 
     # Playwright's sync API keeps an event loop running on this thread: use another one.
     with ThreadPoolExecutor(1) as thread:
         return thread.submit(asyncio.run, run()).result(timeout=120)
+
+
+def call(page: Page, user_id: str) -> None:
+    page.fill("#callee", user_id)
+    page.click("#call-form button[type=submit]")
+
+
+def call_panel(page: Page):  # type: ignore[no-untyped-def]
+    return page.locator("#call-panel")

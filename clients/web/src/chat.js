@@ -2,6 +2,7 @@
  * open conversation (history paging, send, edit, recall, reactions, typing), kept live by
  * the SDK's mailbox events and pushes. */
 import { clock, h } from "./dom.js";
+import { CallPanel } from "./calls.js";
 import { RoomsPanel } from "./rooms.js";
 
 const REACTIONS = ["👍", "❤️", "😂"];
@@ -15,6 +16,7 @@ export class Chat {
     this.mine = new Set(); // "seq:key" reactions this device added
     this.typingUntil = new Map();
     this.rooms = new RoomsPanel(client, rest, (...pane) => this.showPane(...pane));
+    this.callPanel = new CallPanel(client);
     this.build();
   }
 
@@ -26,7 +28,7 @@ export class Chat {
       h("header", {}, h("strong", { id: "me" }, `${this.session.userId} @ ${this.session.tenant}`), this.status,
         h("button", { id: "logout", onclick: () => this.logout() }, "Log out")),
       this.groupForm(), this.list, this.rooms.form(), this.rooms.list);
-    this.root.replaceChildren(h("main", { class: "chat" }, side, this.pane));
+    this.root.replaceChildren(this.callPanel.element, h("main", { class: "chat" }, side, this.pane));
   }
 
   groupForm() {
@@ -81,7 +83,8 @@ export class Chat {
     const item = this.conversations.get(id);
     this.pane.className = "conversation";
     this.pane.replaceChildren(
-      h("header", {}, h("button", { class: "back", onclick: () => this.close() }, "←"), h("h2", {}, item?.title || id)),
+      h("header", {}, h("button", { class: "back", onclick: () => this.close() }, "←"), h("h2", {}, item?.title || id),
+        this.callForm(id)),
       this.older, this.timeline, this.typingLine, this.composer(id));
     await this.loadPage();
     await this.markRead();
@@ -101,6 +104,17 @@ export class Chat {
     this.pane.className = "conversation empty";
     this.pane.replaceChildren(h("p", { class: "hint" }, "Pick a conversation"));
     this.refreshList();
+  }
+
+  /** Call a member: the last other sender is offered. */
+  callForm(id) {
+    const input = h("input", { name: "callee", id: "callee", placeholder: "user to call", required: true });
+    const form = h("form", { id: "call-form", class: "call-form" }, input, h("button", { type: "submit" }, "Call"));
+    form.addEventListener("submit", (submit) => {
+      submit.preventDefault();
+      this.callPanel.invite(id, input.value.trim()).catch((failure) => { input.setCustomValidity(failure.message); input.reportValidity(); });
+    });
+    return form;
   }
 
   composer(id) {
@@ -148,6 +162,9 @@ export class Chat {
   renderTimeline() {
     const seqs = [...this.open.messages.keys()].sort((a, b) => a - b);
     this.timeline.replaceChildren(...seqs.map((seq) => this.messageItem(this.open.messages.get(seq))));
+    const other = seqs.map((seq) => this.open.messages.get(seq).sender_id).reverse().find((user) => user !== this.client.userId);
+    const callee = this.pane.querySelector("#callee");
+    if (other && callee && !callee.value) callee.value = other;
     this.timeline.lastElementChild?.scrollIntoView({ block: "end" });
   }
 
@@ -157,7 +174,7 @@ export class Chat {
     const text = recalled ? "[recalled]" : this.textOf(message);
     const now = Date.now();
     const actions = [];
-    if (own && !recalled && message.editable_until_ms > now) {
+    if (own && !recalled && message.content_type === "text" && message.editable_until_ms > now) {
       actions.push(h("button", { class: "edit", onclick: () => this.edit(message) }, `Edit (until ${clock(message.editable_until_ms)})`));
     }
     if (own && !recalled && message.recallable_until_ms > now) {
@@ -174,6 +191,10 @@ export class Chat {
    * current: it changes live on REGISTRY_UPDATED); an unknown type as the server's preview. */
   textOf(message) {
     if (message.content_type === "text") return message.payload?.text ?? message.preview;
+    if (message.content_type === "qim.call_record.v1" && message.payload) {
+      const { outcome, duration_s: seconds, caller_id: caller } = message.payload;
+      return `📞 Call from ${caller} ${outcome}${outcome === "completed" ? ` (${seconds} s)` : ""}`;
+    }
     const type = this.client.registry.get(message.content_type);
     if (!type) return message.preview || "[message]";
     return type.preview_template.replaceAll("{sender_id}", message.sender_id).replaceAll("{content_type}", message.content_type);
@@ -240,7 +261,8 @@ export class Chat {
     const open = this.open;
     if (open && event.conversation_id === open.id) {
       const target = event.message?.target_conversation_seq ?? event.control?.target_conversation_seq;
-      if (event.message && !String(event.message.content_type).startsWith("qim.")) {
+      const type = String(event.message?.content_type);
+      if (event.message && (!type.startsWith("qim.") || type === "qim.call_record.v1")) {
         open.messages.set(event.message.conversation_seq, event.message);
         this.typingUntil.delete(event.message.sender_id);
         this.renderTyping();
