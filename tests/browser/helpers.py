@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,21 +31,21 @@ def message(page: Page, seq: int):  # type: ignore[no-untyped-def]
     return page.locator(f"#messages .message[data-seq='{seq}']")
 
 
-def send_as(persona: Persona, conversation_id: str, content_type: str, payload: Any) -> dict:
-    """One SEND from the persona's own (Python SDK) device, outside the browser."""
+def send_as(persona: Persona, conversation_id: str, content_type: str, *payloads: Any) -> list[dict]:
+    """SENDs from the persona's own (Python SDK) device, outside the browser; their ACKs."""
 
-    async def run() -> dict:
+    async def run() -> list[dict]:
         client = await persona.connect(device_id="script")
         try:
-            return await client.request("SEND", conversation_id=conversation_id, client_msg_id=f"s-{id(payload)}",
-                                        content_type=content_type, payload=payload)
+            return [await client.request("SEND", conversation_id=conversation_id, client_msg_id=uuid.uuid4().hex,
+                                         content_type=content_type, payload=payload) for payload in payloads]
         finally:
             await client.close()
             persona.tenant.clients.remove(client)
 
     # Playwright's sync API keeps an event loop running on this thread: use another one.
     with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, run()).result(timeout=120)
+        return thread.submit(asyncio.run, run()).result(timeout=300)
 
 
 def call(page: Page, user_id: str) -> None:

@@ -28,7 +28,7 @@ def test_operator_edits_a_registry_type_and_an_open_web_client_shows_the_new_pla
     alice, bob = acme.persona("alice"), acme.persona("bob")
     group = api_ok(acme.node, "POST", "conversations", alice.token(),
                    json={"kind": "group", "title": "polls", "member_user_ids": [bob.user_id]})["conversation_id"]
-    seq = send_as(alice, group, "acme.poll.v1", {"question": "lunch?"})["conversation_seq"]
+    seq = send_as(alice, group, "acme.poll.v1", {"question": "lunch?"})[0]["conversation_seq"]
 
     bob_context, bob_log = new_context(browser)
     bob_page = bob_context.new_page()

@@ -53,6 +53,7 @@ export class Chat {
     this.client.onPush("REACTION_UPDATE", (push) => this.onReactions(push));
     this.client.onPush("TYPING", (push) => this.onTyping(push));
     this.client.registry.on("updated", () => { if (this.open) this.renderTimeline(); });
+    this.client.presence.on("change", () => { if (this.open) this.renderTimeline(); });
     this.client.connection.on("connected", () => { this.status.textContent = "online"; this.refreshList(); });
     this.client.connection.on("disconnected", () => { this.status.textContent = "reconnecting"; });
     await this.client.connect();
@@ -162,10 +163,27 @@ export class Chat {
   renderTimeline() {
     const seqs = [...this.open.messages.keys()].sort((a, b) => a - b);
     this.timeline.replaceChildren(...seqs.map((seq) => this.messageItem(this.open.messages.get(seq))));
+    this.watchPresence(seqs.map((seq) => this.open.messages.get(seq).sender_id));
     const other = seqs.map((seq) => this.open.messages.get(seq).sender_id).reverse().find((user) => user !== this.client.userId);
     const callee = this.pane.querySelector("#callee");
     if (other && callee && !callee.value) callee.value = other;
     this.timeline.lastElementChild?.scrollIntoView({ block: "end" });
+  }
+
+  /** PRESENCE_SUB for the people in the open timeline (the SDK re-subscribes on reconnect). */
+  watchPresence(senders) {
+    this.watched ??= new Set();
+    const fresh = [...new Set(senders)].filter((user) => user !== this.client.userId && !this.watched.has(user));
+    if (fresh.length === 0) return;
+    fresh.forEach((user) => this.watched.add(user));
+    this.client.presence.subscribe(fresh).then(() => this.open && this.renderTimeline()).catch(() => {});
+  }
+
+  presenceDot(userId) {
+    if (userId === this.client.userId) return null;
+    const online = this.client.presence.isOnline(userId);
+    const state = online === undefined ? "unknown" : online ? "online" : "offline";
+    return h("span", { class: `presence ${state}`, title: state, "data-user": userId });
   }
 
   messageItem(message) {
@@ -181,7 +199,7 @@ export class Chat {
       actions.push(h("button", { class: "recall", onclick: () => this.recall(message) }, `Recall (until ${clock(message.recallable_until_ms)})`));
     }
     return h("li", { class: `message${own ? " own" : ""}${recalled ? " recalled" : ""}`, "data-seq": message.conversation_seq },
-      h("div", { class: "meta" }, h("span", { class: "sender" }, message.sender_id), " ", clock(message.sent_at_ms),
+      h("div", { class: "meta" }, this.presenceDot(message.sender_id), h("span", { class: "sender" }, message.sender_id), " ", clock(message.sent_at_ms),
         message.state === "edited" ? h("span", { class: "edited" }, " (edited)") : null),
       h("div", { class: `text${message.content_type !== "text" ? " custom" : ""}` }, text),
       recalled ? null : this.reactionBar(message), h("div", { class: "actions" }, actions));
