@@ -50,8 +50,11 @@ def web(request: pytest.FixtureRequest, sqlite_template: Path, work_dir: Path,
     deployment.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Per module, not per session: Playwright's sync API keeps an asyncio loop running on
+    the main thread while it is started, and pytest-asyncio cannot run the suite's async
+    tests beside it; stopping it at the module's end gives the thread back."""
     assert shutil.which(CHROMIUM), "Debian's chromium is needed (make services installs it)"
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
