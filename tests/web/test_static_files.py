@@ -53,6 +53,7 @@ def test_root_answers_the_web_client_or_says_how_to_build_it(embedded: QimDeploy
     answer = httpx.get(f"{embedded.node.http_url}/", timeout=30)
     if answer.status_code == 200:
         assert 'id="app"' in answer.text
+        assert "default-src 'self'" in answer.headers["content-security-policy"]
     else:
         assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
     posted = httpx.post(f"{embedded.node.http_url}/", timeout=30)
