@@ -35,14 +35,14 @@ run: deps web
 # Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
 # TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py) and the web client;
 # Chromium for the browser tests (tests/browser: Playwright drives /usr/bin/chromium, no
-# browser download).
+# browser download), with an emoji font so reactions render in its screenshots.
 services:
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null)
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null)
-	@test -x /usr/bin/chromium \
-	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@test -x /usr/bin/chromium && test -d /usr/share/fonts/truetype/noto \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null)
 
 test: deps services
 	$(PY) -m pytest $(PYTEST_ARGS)
