@@ -27,10 +27,22 @@ class TenantAdmin(admin.ModelAdmin):
     readonly_fields = ["registry_version", "created_at"]
 
 
+@admin.display(boolean=True, description="push credentials")
+def has_push_credentials(device: Device) -> bool:
+    return bool(device.push_token or device.voip_token)
+
+
+# Push and VoIP tokens let whoever holds them (with the provider's credentials) reach the
+# device: secrets, never shown. Operators see that a device has them; clients set and clear
+# them over REST (POST/DELETE devices/{id}/push).
+DEVICE_FIELDS = ["device_id", "push_platform", has_push_credentials, "created_at"]
+
+
 class DeviceInline(admin.TabularInline):
     model = Device
     extra = 0
-    readonly_fields = ["device_id", "created_at"]
+    fields = DEVICE_FIELDS
+    readonly_fields = DEVICE_FIELDS
     can_delete = True
 
 
@@ -61,7 +73,9 @@ class UserAdmin(admin.ModelAdmin):
 
 @admin.register(Device)
 class DeviceAdmin(admin.ModelAdmin):
-    list_display = ["device_id", "user", "created_at"]
+    list_display = ["device_id", "user", "push_platform", has_push_credentials, "created_at"]
+    fields = ["user", *DEVICE_FIELDS]
+    readonly_fields = DEVICE_FIELDS
     search_fields = ["device_id", "user__username"]
     list_select_related = ["user__tenant"]
     raw_id_fields = ["user"]

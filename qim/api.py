@@ -11,13 +11,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from qim.actions.accounts import do_clear_push_credentials, do_create_user, do_login, do_set_push_credentials
-from qim.actions.credentials import check_deactivate_user, do_revoke_token
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
+from qim.actions.credentials import check_deactivate_user, do_revoke_token
+from qim.clock import now_ms
 from qim.gateway.node import get_node
 from qim.login_throttle import check_login_rate
 from qim.moderation import ModerationService, Moderator
 from qim.permissions import IsTenantAdmin
 from qim.queries.conversations import access_conversation
+from qim.queries.identity import token_expires_at_ms
 from qim.serializers import (
     AddMembersSerializer,
     ConversationIdSerializer,
@@ -64,7 +66,7 @@ class AuthTokenView(APIView):
         data = valid(TokenRequestSerializer, request)
         check_login_rate(data["tenant"], data["username"], request.META.get("REMOTE_ADDR", ""))
         token, user = do_login(data["tenant"], data["username"], data["password"], data["device_id"])
-        return Response({"token": token, "user_id": user.username})
+        return Response({"token": token, "user_id": user.username, "expires_at_ms": token_expires_at_ms(now_ms())})
 
     @extend_schema(request=None, responses={204: None})
     def delete(self, request: Request) -> Response:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import math
 
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from qim.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
+from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
 from qim.outage import outage_of
 
@@ -55,12 +58,18 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
             body["retry_after_ms"] = exc.retry_after_ms
             headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_ms / 1000)))}
         return Response(body, status=exc.http_status, headers=headers)
+    if isinstance(exc, SuspiciousOperation):
+        return _refused_request(exc)
     response = drf_exception_handler(exc, context)
+    if response is None and is_database_unavailable(exc):
+        logger.warning("%s: database unavailable (%s)", context.get("view"), str(exc).strip().splitlines()[0])
+        body = {"code": "unavailable", "message": UNAVAILABLE_MESSAGE, "retry_after_ms": RETRY_AFTER_MS}
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
     if response is None and outage_of(exc) is not None:
         logger.warning("%s refused: Redis unreachable (%s)", context.get("view"), outage_of(exc))
         return Response(
-            {"code": "unavailable", "message": "a backing service is unreachable; retry", "retry_after_ms": 1000},
-            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"code": "unavailable", "message": "Redis is unreachable; retry later", "retry_after_ms": RETRY_AFTER_MS},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
         )
     if response is None:
         logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)
@@ -78,6 +87,14 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
         body["retry_after_ms"] = int(exc.wait * 1000)
     response.data = body
     return response
+
+
+def _refused_request(exc: SuspiciousOperation) -> Response:
+    """Django refuses a request it will not read (too big, too many fields, a bad header):
+    the client's fault, answered like any other bad request and logged without a traceback."""
+    if isinstance(exc, RequestDataTooBig):
+        return Response({"code": "too_large", "message": "request body too large"}, status=413)
+    return Response({"code": "bad_request", "message": f"request refused: {exc}"}, status=400)
 
 
 def json_not_found(request, exception=None):  # type: ignore[no-untyped-def]

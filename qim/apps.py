@@ -14,3 +14,4 @@ class QimConfig(AppConfig):
         load_frame_modules()
         # The nodes' side of revocation: its notice handler and re-check loop register here.
         import qim.gateway.revocation  # noqa: F401
+        import qim.actions.credentials  # noqa: F401  (deleted devices announce their tokens)

@@ -18,6 +18,8 @@ class TokenRequestSerializer(serializers.Serializer):
 class TokenResponseSerializer(serializers.Serializer):
     token = serializers.CharField()
     user_id = serializers.CharField()
+    # When the token stops working (QIM_TOKEN_TTL_S); null when tokens do not expire.
+    expires_at_ms = serializers.IntegerField(allow_null=True)
 
 
 class CreateUserSerializer(serializers.Serializer):

@@ -94,7 +94,7 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     # Ours: each authenticated connection's inbound frame budget, a token bucket of
     # `inbound_frame_burst` frames refilled at `inbound_frame_rate` per second (a frame over it
     # answers rate_limited, unhandled); more than `inbound_flood_max_refused` refused frames
-    # within `inbound_flood_window_s` close the socket with 4430 (qim/gateway/inbound.py).
+    # within `inbound_flood_window_s` close the socket with 4430 (qim/gateway/inbound_budget.py).
     # Far above any real client and the benchmarks' paced senders.
     "inbound_frame_rate": 500,
     "inbound_frame_burst": 1000,
@@ -155,6 +155,9 @@ QIM_AUTH_TOKEN_RATE_PER_ADDRESS = env.str("QIM_AUTH_TOKEN_RATE_PER_ADDRESS", def
 QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
 # Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
 QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
+# Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
+# decoding and encoding recurse once per level (qim/gateway/inbound.py).
+QIM_MAX_INBOUND_FRAME_DEPTH = 32
 
 # --- apps ---------------------------------------------------------------------
 INSTALLED_APPS = [
@@ -178,6 +181,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "qim.nul_guard.RefuseNulMiddleware",
     # Static files (the admin's, the API docs', the web client's) from STATIC_ROOT: hashed
     # names, gzip/brotli copies, far-future caching; placed before everything else that
     # would spend a session or a database query on them (whitenoise's documented place).
@@ -252,6 +256,8 @@ PASSWORD_HASHERS = env.list(
 # messages after `expiry` (60 s): node channels carry whole batches for many sockets, so
 # they get a large capacity. Persistent data never depends on a push arriving: SYNC heals.
 QIM_NODE_CHANNEL_CAPACITY = env.int("QIM_NODE_CHANNEL_CAPACITY", default=10000)
+# The channel layer's Redis connections per node at most (opened on demand, kept for reuse).
+QIM_LAYER_MAX_CONNECTIONS = env.int("QIM_LAYER_MAX_CONNECTIONS", default=1000)
 if QIM_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -259,8 +265,13 @@ if QIM_REDIS_URL:
             "CONFIG": {
                 # Reads must outlive channels-redis' 5 s blocking pop on an idle node channel
                 # (redis-py 8 would otherwise time out at the same 5 s and log an error).
-                # Retries on a connection broken by a redis-server restart (qim/outage.py).
-                "hosts": [{"address": QIM_REDIS_URL, "socket_timeout": 15, **resilient_options()}],
+                # Retries on a connection broken by a redis-server restart (qim/outage.py). Its
+                # pool does not wait for a free connection: redis-py 8 caps a pool at 100 and
+                # raises MaxConnectionsError past it, which a node met with 200 joins at once.
+                "hosts": [{
+                    "address": QIM_REDIS_URL, "socket_timeout": 15,
+                    "max_connections": QIM_LAYER_MAX_CONNECTIONS, **resilient_options(),
+                }],
                 "prefix": "qim:layer:",
                 "capacity": 1000,
                 "expiry": 30,
@@ -281,6 +292,9 @@ else:
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["qim.api_auth.DeviceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # The API speaks JSON only (protocol.md §3): a form or multipart body answers 415, and no
+    # multipart parser runs on what a stranger sends.
+    "DEFAULT_PARSER_CLASSES": ["qim.api_parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "qim.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -297,6 +311,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # No validator badge: Swagger UI would fetch it from validator.swagger.io.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "qim.api_schema.add_error_responses",
+    ],
 }
 
 # --- misc ---------------------------------------------------------------------
@@ -324,10 +342,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # Redis unreachable: one WARNING line per failing step, no traceback (qim/outage.py).
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redis_outage"]}},
+    # An outage (database away, Redis unreachable) is logged as one WARNING line per failure,
+    # not as a crash (qim/db_outage.py, qim/outage.py).
+    "handlers": {"console": {
+        "class": "logging.StreamHandler", "formatter": "plain", "filters": ["database_unavailable", "redis_outage"],
+    }},
     "filters": {
         "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
+        "database_unavailable": {"()": "qim.db_outage.DatabaseUnavailableFilter"},
         "redis_outage": {"()": "qim.outage.RedisOutageFilter"},
     },
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},

@@ -33,10 +33,13 @@ ReconnectHook = Callable[["QimClient"], Awaitable[None]]
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_CREDENTIALS_REVOKED = 4403
 CLOSE_AUTH_TIMEOUT = 4408
+# AUTH could not be checked (the server's database is away, or its Redis): a reconnect retries later.
+CLOSE_TRY_AGAIN_LATER = 4503
 _CLOSE_CODE_NAMES = {
     CLOSE_UNAUTHENTICATED: "unauthenticated",
     CLOSE_CREDENTIALS_REVOKED: "credentials_revoked",
     CLOSE_AUTH_TIMEOUT: "auth_timeout",
+    CLOSE_TRY_AGAIN_LATER: "unavailable",
 }
 # Closes after which the same token can never work again: reconnecting would loop.
 _FINAL_CLOSE_CODES = frozenset({CLOSE_UNAUTHENTICATED, CLOSE_CREDENTIALS_REVOKED})

@@ -10,13 +10,15 @@ class QimClientError(Exception):
 
 
 class ApiError(QimClientError):
-    """A REST call answered non-2xx; `code` and `message` come from the `{code, message}` body."""
+    """A REST call answered non-2xx; `code` and `message` come from the `{code, message}` body;
+    `retry_after_ms` too on `rate_limited` (a throttled login)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, retry_after_ms: int | None = None) -> None:
         super().__init__(f"HTTP {status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.retry_after_ms = retry_after_ms
 
 
 class QimError(QimClientError):

@@ -97,6 +97,10 @@ class RestClient:
         answer = await self.delete(path)
         return int(answer["conversation_seq"])
 
+    async def logout(self) -> None:
+        """DELETE `auth/token`: revoke this client's token; its sockets are closed (4403)."""
+        await self.delete("/api/v1/auth/token")
+
     async def aclose(self) -> None:
         """Close the underlying HTTP connection pool."""
         await self._http.aclose()
@@ -131,5 +135,7 @@ def _error_from(response: httpx.Response) -> ApiError:
     fallback_code = f"http_{response.status_code}"
     if isinstance(body, dict):
         message = body.get("message") or body.get("detail") or response.text[:200]
-        return ApiError(response.status_code, str(body.get("code") or fallback_code), str(message))
+        retry_after_ms = body.get("retry_after_ms")
+        return ApiError(response.status_code, str(body.get("code") or fallback_code), str(message),
+                        retry_after_ms if isinstance(retry_after_ms, int) else None)
     return ApiError(response.status_code, fallback_code, response.text[:200] or response.reason_phrase)

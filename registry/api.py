@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from qim.errors import Refused
+from qim.permissions import Authenticated
 from registry.actions import InvalidType, do_create_type, do_disable_type, do_update_type
 from registry.models import CustomMessageType
 from registry.serializers import CustomMessageTypeSerializer
 
 
-class ReadOrTenantAdmin(BasePermission):
+class ReadOrTenantAdmin(Authenticated):
     message = "tenant admins only"
 
     def has_permission(self, request, view) -> bool:  # type: ignore[no-untyped-def]
+        if not super().has_permission(request, view):
+            return False
         return request.method in SAFE_METHODS or bool(request.user.is_tenant_admin)
 
 
@@ -55,8 +58,13 @@ class TypesView(APIView):
     permission_classes = [ReadOrTenantAdmin]
 
     @extend_schema(
-        parameters=[OpenApiParameter("since_version", int, description="only types changed after this version")],
-        responses=CustomMessageTypeSerializer(many=True),
+        parameters=[
+            OpenApiParameter("since_version", int, description="only types changed after this version"),
+            OpenApiParameter(
+                "If-None-Match", str, OpenApiParameter.HEADER, description="a previous answer's ETag: 304 if unchanged"
+            ),
+        ],
+        responses={200: CustomMessageTypeSerializer(many=True), 304: None},
     )
     def get(self, request: Request) -> Response:
         tenant = request.user.tenant
@@ -115,7 +123,9 @@ class TypeView(APIView):
     def patch(self, request: Request, custom_type: str) -> Response:
         return self._update(request, custom_type, partial=True)
 
-    @extend_schema(responses=CustomMessageTypeSerializer)
+    # DELETE disables and answers 200 with the type; without the status drf-spectacular
+    # documents DELETE as 204 with no body.
+    @extend_schema(responses={200: CustomMessageTypeSerializer})
     def delete(self, request: Request, custom_type: str) -> Response:
         self._row(request, custom_type)
         try:

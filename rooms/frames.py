@@ -92,6 +92,12 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
         conn.rooms.discard(frame.room_id)
         service.local.forget_if_empty(room)
         raise
+    if not service.local.accept_epoch(room, body["room_epoch"]):
+        # Answered by a writer that lost its lease meanwhile: the client joins again.
+        room.joining.pop(conn, None)
+        conn.rooms.discard(frame.room_id)
+        service.local.forget_if_empty(room)
+        raise Refused("conflict", "the room's writer changed during the join; retry", retry_after_ms=100)
     reply = batch_reply(body)
     if frame.req_id is not None:
         reply["req_id"] = frame.req_id
@@ -148,9 +154,10 @@ async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
 async def handle_room_replay(conn: Connection, frame: RoomReplay) -> dict:
     """A ROOM_BATCH of the oldest events after the position that fit in one frame; with
     `has_more`, the client asks again after the last one (protocol.md §8)."""
-    joined_room(conn, frame.room_id)
+    room = joined_room(conn, frame.room_id)
     body = await get_room_service().call_writer(
-        room_key(conn.tenant_id, frame.room_id), "room.replay",
-        {"after": frame.after_room_seq, "max_bytes": reply_items_budget(frame.req_id)},
+        room.key, "room.replay", {"after": frame.after_room_seq, "max_bytes": reply_items_budget(frame.req_id)},
     )
+    if not get_room_service().local.accept_epoch(room, body["room_epoch"]):
+        raise Refused("conflict", "the room's writer changed during the replay; retry", retry_after_ms=100)
     return batch_reply(body)

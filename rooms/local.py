@@ -84,6 +84,10 @@ class LocalRoom:
     flush_task: asyncio.TimerHandle | None = None
     reported_holder: str | None = None
     reported_at: float = 0.0
+    # The newest room_epoch this node has seen for the room (batches and join replies):
+    # batches of an older epoch come from a writer that lost its lease and are dropped here,
+    # so no member gets an old epoch's event after a newer one's (fencing, §1.2).
+    epoch: int = 0
 
     @property
     def count(self) -> int:
@@ -131,7 +135,7 @@ class LocalRooms:
 
     def on_events(self, message: dict[str, Any]) -> None:
         room = self.rooms.get(message["room"])
-        if room is None:
+        if room is None or not self.accept_epoch(room, message["room_epoch"]):
             return
         room.pending.extend(message["events"])
         room.meta = message
@@ -139,6 +143,15 @@ class LocalRooms:
             buffer.extend(message["events"])
         if room.flush_task is None:
             self._schedule_flush(room)
+
+    def accept_epoch(self, room: LocalRoom, epoch: int) -> bool:
+        """False for an epoch older than the room's newest here (a stale writer's batch)."""
+        if epoch < room.epoch:
+            self.counters["room_stale_batches_dropped"] += 1
+            logger.warning("dropped a batch of room %s at epoch %s: epoch %s is current", room.key, epoch, room.epoch)
+            return False
+        room.epoch = epoch
+        return True
 
     def _schedule_flush(self, room: LocalRoom) -> None:
         delay = max(0.0, room.last_flush + self.interval - time.monotonic())

@@ -24,18 +24,17 @@ from qim.background import every, spawn
 from qim.conf import limit
 from qim.db import in_db_thread
 from qim.errors import Refused
-from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_channel, node_message_handler
+from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_message_handler
 from rooms.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore, node_of
 from rooms.local import LocalRoom, LocalRooms
 from rooms.models import Room
 from rooms.ring import RoomRing
-from rooms.writer import RoomWriter, TokenBucket
+from rooms.writer import NOT_WRITER, RoomWriter, TokenBucket
 
 logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 1.0
 REREPORT_S = 3.0
-NOT_WRITER = "not the room's writer"
 
 
 def room_key(tenant_id: int, room_id: str) -> str:
@@ -117,6 +116,7 @@ class RoomService:
             bucket=TokenBucket(rate=rate, burst=max(1.0, rate)),
             publish=self.publish,
             lease_valid_until=lease_started + self.lease_ttl_s * 0.9,
+            fence=self._fence(key) if isinstance(self.leases, RedisLeaseStore) else None,
         )
         local = self.local.rooms.get(key)
         if local is not None and local.count:
@@ -124,6 +124,19 @@ class RoomService:
             self.writers[key].set_count(self.node.node_id, local.count)
         self.ensure_started()
         logger.info("node %s is the writer of room %s, epoch %s", self.node.node_id, key, epoch)
+
+    def _fence(self, key: str):  # type: ignore[no-untyped-def]
+        async def still_holder() -> bool:
+            (holder,) = await self.leases.holders([key])
+            return holder == self.holder
+
+        return still_holder
+
+    async def fenced_writer(self, key: str) -> RoomWriter:
+        """The local writer, its lease checked in Redis: for answers that carry events."""
+        writer = self.local_writer(key)
+        await writer.check_fence()
+        return writer
 
     def local_writer(self, key: str) -> RoomWriter:
         writer = self.writers.get(key)
@@ -159,8 +172,9 @@ class RoomService:
         if node_id == self.node.node_id:
             self.local.on_events(message)
             return
-        self.node.counters["layer_messages_sent"] += 1
-        await _layer_send(node_channel(node_id), {"type": "room.events", **message})
+        # A full channel drops the batch (counted, logged): that node's members see the gap
+        # in room_seq and replay it from the ring.
+        await self.node.layer_send(node_id, {"type": "room.events", **message}, f"a batch of room {message['room']}")
 
     # --- background ---------------------------------------------------------------------
 
@@ -178,6 +192,8 @@ class RoomService:
                 except Exception:
                     logger.exception("renewing the lease of room %s failed", key)
                     continue
+                if self.writers.get(key) is not writer:
+                    continue  # replaced meanwhile (a new epoch's writer): its lease is not this one
                 if kept:
                     writer.lease_valid_until = started + self.lease_ttl_s * 0.9
                 else:
@@ -228,12 +244,6 @@ class RoomService:
         await self.call_writer(key, "room.count", report, acquire=report["count"] > 0)
 
 
-async def _layer_send(channel: str, message: dict[str, Any]) -> None:
-    from channels.layers import get_channel_layer
-
-    await get_channel_layer().send(channel, message)
-
-
 _service: RoomService | None = None
 
 
@@ -255,7 +265,7 @@ def get_room_service() -> RoomService:
 
 @node_call_handler("room.join")
 async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
-    writer = get_room_service().local_writer(body["key"])
+    writer = await get_room_service().fenced_writer(body["key"])
     writer.set_count(body["node"], body["count"], report_order(body))
     return {**writer.replay(body.get("after"), body.get("max_bytes")), "online_count": writer.online_count}
 
@@ -274,7 +284,7 @@ def report_order(body: dict[str, Any]) -> tuple[str, int] | None:
 
 @node_call_handler("room.replay")
 async def answer_replay(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
-    return get_room_service().local_writer(body["key"]).replay(body["after"], body.get("max_bytes"))
+    return (await get_room_service().fenced_writer(body["key"])).replay(body["after"], body.get("max_bytes"))
 
 
 @node_call_handler("room.send")

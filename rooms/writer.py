@@ -22,6 +22,9 @@ from qim.faults import fault_point
 from qim.gateway.fit import fit_list
 from rooms.ring import Replay, RoomRing
 
+# The refusal that makes RoomService.call_writer look for the room's writer again.
+NOT_WRITER = "not the room's writer"
+
 
 class TokenBucket:
     """room_msg_rate on the write side: `rate` per second, bursts of up to `burst`."""
@@ -53,6 +56,10 @@ class RoomWriter:
     publish: Callable[[str, dict[str, Any]], Awaitable[None]]
     # Until when the lease is known to be ours (monotonic); past it, nothing is appended.
     lease_valid_until: float = 0.0
+    # Asks Redis whether the lease is still ours, before each append: fencing must not rest
+    # on this process's clock alone (a lease that vanished with an empty Redis restart, or a
+    # process paused past its lease, §1.2). None: only the clock (one process, no Redis).
+    fence: Callable[[], Awaitable[bool]] | None = None
     counts: dict[str, int] = field(default_factory=dict)
     # Per node, the place of the report its count came from (RoomService.count_report): one
     # node's reports can arrive out of order (concurrent joins and leaves), and an older one
@@ -135,9 +142,7 @@ class RoomWriter:
             return await self._send(sender_id, content_type, payload, client_msg_id)
 
     async def _send(self, sender_id: str, content_type: str, payload: Any, client_msg_id: str | None) -> dict[str, Any]:
-        if not self.holds_lease():
-            # Fencing: a writer that may have lost its lease never appends.
-            raise Refused("conflict", "this node lost the room's lease; retry")
+        await self.check_fence()
         dedupe_key = (sender_id, client_msg_id) if client_msg_id else None
         if dedupe_key is not None:
             earlier = self._recent_sends.get(dedupe_key)
@@ -165,6 +170,15 @@ class RoomWriter:
                 self._recent_sends.popitem(last=False)
         await self._broadcast([event])
         return ack
+
+    async def check_fence(self) -> None:
+        """Refuse (NOT_WRITER: the caller finds the room's writer again) unless the lease is
+        ours by the clock and, when there is a fence, by Redis too. A writer refused here stays
+        refused: the lease is gone for good, the next writer has epoch + 1."""
+        if self.holds_lease() and (self.fence is None or await self.fence()):
+            return
+        self.lease_valid_until = 0.0
+        raise Refused("conflict", NOT_WRITER)
 
     async def _broadcast(self, events: list[dict[str, Any]]) -> None:
         message = {

@@ -6,11 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from channels.exceptions import ChannelFull
-from channels.layers import get_channel_layer
-
 from qim.gateway import codec
-from qim.gateway.node import ConnectionNode, get_node, node_channel
+from qim.gateway.node import ConnectionNode, get_node
 from rtc.calls import Call
 
 logger = logging.getLogger(__name__)
@@ -55,11 +52,8 @@ async def deliver_to_devices(
         if node_id == node.node_id:
             await deliver_local(node, message)
             continue
-        try:
-            await get_channel_layer().send(node_channel(node_id), message)
-        except ChannelFull:
-            # Signals are best effort, like every push; the ring timeout ends a lost call.
-            logger.warning("node channel of %s is full; RTC_SIGNAL dropped", node_id)
+        # Signals are best effort, like every push; the ring timeout ends a lost call.
+        await node.layer_send(node_id, message, "RTC_SIGNAL")
     return len(targets)
 
 

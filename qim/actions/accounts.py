@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 
 from qim.errors import Refused
 from qim.models import Device, DeviceToken, Tenant, User, new_token_key, token_digest
+from qim.revocation import TOKEN_REVOKED, notify_revoked_on_commit
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def do_issue_token(user: User, device_id: str) -> str:
     plaintext, which exists nowhere else from now on (the database keeps its digest).
 
     A device keeps its newest DeviceToken.MAX_TOKENS_PER_DEVICE tokens; older ones are
-    deleted (a socket still using one is closed by its node's credentials re-check).
+    revoked (their sockets closed on every node after the commit).
     Joins the caller's transaction if there is one.
     """
     token = new_token_key()
@@ -86,6 +87,7 @@ def do_issue_token(user: User, device_id: str) -> str:
         stale = list(kept.values_list("pk", flat=True)[DeviceToken.MAX_TOKENS_PER_DEVICE :])
         if stale:
             DeviceToken.objects.filter(pk__in=stale).delete()
+            notify_revoked_on_commit(user.tenant_id, user.username, stale, TOKEN_REVOKED)
     return token
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 
 from qim.errors import Refused
-from qim.models import DeviceToken, User
+from qim.models import Device, DeviceToken, User
 from qim.revocation import TOKEN_REVOKED, USER_DEACTIVATED, notify_revoked_on_commit
 
 
@@ -46,3 +50,13 @@ def do_activate_user(user: User) -> None:
     """Let a deactivated user log in again (with a new token: the old ones are gone)."""
     User.objects.filter(pk=user.pk).update(is_active=True)
     user.is_active = True
+
+
+@receiver(pre_delete, sender=Device, dispatch_uid="qim.announce_deleted_device_tokens")
+def announce_deleted_device_tokens(sender: type[Device], instance: Device, **kwargs: Any) -> None:
+    """A device deleted by any path (the admin, or its user's or tenant's deletion) takes its
+    tokens along: announce them like a revocation, so their sockets close at once."""
+    digests = list(DeviceToken.objects.filter(device=instance).values_list("digest", flat=True))
+    if digests:
+        user = User.objects.only("tenant_id", "username").get(pk=instance.user_id)
+        notify_revoked_on_commit(user.tenant_id, user.username, digests, TOKEN_REVOKED)

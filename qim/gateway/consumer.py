@@ -21,12 +21,15 @@ from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
-from qim.gateway.errors import error_frame, outage_frame, refusal_frame
-from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget, req_id_of
+from qim.db_outage import is_database_unavailable
+from qim.gateway.errors import error_frame, outage_frame, refusal_frame, unavailable_or_internal
+from qim.gateway.inbound import convert_frame, parse_frame
+from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.outage import outage_of
 from qim.queries import identity_for_token
+from qim.queries.identity import token_expires_at_ms
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +40,11 @@ CLOSE_AUTH_TIMEOUT = 4408
 CLOSE_TOO_SLOW = 4429
 # The socket's token was revoked or expired, or its user deactivated (qim/gateway/revocation.py).
 CLOSE_CREDENTIALS_REVOKED = 4403
-# AUTH while Redis is unreachable (the connection cannot be announced): ERROR unavailable,
-# then this close: reconnect after a backoff (RFC 6455's 1013 is not one autobahn may send).
-CLOSE_UNAVAILABLE = 4503
+# AUTH could not be checked (the database is unavailable) or announced (Redis is
+# unreachable): reconnect after a pause. As HTTP's
+# 503; RFC 6455's 1013 would say the same, but autobahn lets applications close with 1000 or
+# 3000-4999 only.
+CLOSE_TRY_AGAIN_LATER = 4503
 
 
 class AuthFrame(msgspec.Struct):
@@ -128,12 +133,14 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             pass
 
     _too_slow = False
+    _revoking = False  # a notice and the re-check may both close the socket: once is enough
     _revoked = False
 
     async def _close_for_credentials(self, reason: str) -> None:
         """ERROR unauthenticated saying why, then close 4403; nothing more is read or sent."""
-        if self._revoked:
+        if self._revoking:
             return
+        self._revoking = True
         frame = {**error_frame("unauthenticated", f"credentials no longer valid: {reason}"), "reason": reason}
         await self.send_frame(frame)
         self._revoked = True
@@ -192,7 +199,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _within_inbound_budget(self, text: str | None) -> bool:
         """Over budget: ERROR rate_limited (echoing the frame's req_id), the frame unhandled;
-        a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound.py)."""
+        a sustained flood: close 4430, and nothing more is handled (qim/gateway/inbound_budget.py)."""
         if self._flooding:
             return False
         if self._inbound is None:
@@ -217,12 +224,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _dispatch_frame(self, text: str) -> None:
         try:
-            raw = codec.decode(text)
-        except msgspec.DecodeError as exc:
-            await self.send_frame(error_frame("bad_frame", f"malformed JSON: {exc}"))
-            return
-        if not isinstance(raw, dict):
-            await self.send_frame(error_frame("bad_frame", "a frame is a JSON object"))
+            raw = parse_frame(text)
+        except Refused as exc:
+            await self.send_frame(refusal_frame(exc, None))
             return
         req_id = raw.get("req_id")
         if req_id is not None and not isinstance(req_id, str):
@@ -232,30 +236,25 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         route = route_for(frame_type) if isinstance(frame_type, str) else None
         if route is None:
             await self.send_frame(
-                error_frame("unknown_type", f"unknown frame type {frame_type!r}", req_id)
+                error_frame("unknown_type", f"unknown frame type {_shown(frame_type)}", req_id)
             )
             return
         # Room ticks give way while a conversation frame is handled, its reply included.
         with get_node().foreground.handling() if route.foreground else nullcontext():
-            await self._handle(route, raw, req_id)
+            await self._handle(route, raw, req_id, text)
 
-    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None) -> None:
+    async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None, text: str) -> None:
         frame_type = route.frame_type
         try:
-            frame = codec.convert(raw, route.schema)
+            frame = convert_frame(raw, route.schema, frame_type, text)
             reply = await route.handler(self.conn, frame)
-        except msgspec.ValidationError as exc:
-            reply = error_frame("bad_frame", f"{frame_type}: {exc}", req_id)
         except Refused as exc:
             reply = refusal_frame(exc, req_id)
         except Exception as exc:
-            if outage_of(exc) is None:
-                logger.exception("handler for %s failed", frame_type)
-                reply = error_frame("internal", "the server failed to handle this frame", req_id)
-            else:
-                logger.warning("%s refused: Redis unreachable (%s)", frame_type, outage_of(exc))
+            logger.exception("handler for %s failed", frame_type)
+            reply = unavailable_or_internal(exc, req_id)
+            if outage_of(exc) is not None:
                 get_node().counters["redis_unavailable_replies"] += 1
-                reply = outage_frame(req_id)
         if reply is not None:
             if req_id is not None:
                 reply.setdefault("req_id", req_id)
@@ -266,15 +265,24 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         frame = None
         if text is not None and size <= settings.QIM_MAX_INBOUND_FRAME_BYTES:
             try:
-                raw = codec.decode(text)
-                if isinstance(raw, dict) and raw.get("type") == "AUTH":
-                    frame = codec.convert(raw, AuthFrame)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+                raw = parse_frame(text)
+                if raw.get("type") == "AUTH":
+                    frame = convert_frame(raw, AuthFrame, "AUTH", text)
+            except Refused:
                 frame = None
         if frame is None:
             await self._refuse("the first frame must be AUTH {token, device_id}")
             return
-        identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
+        try:
+            identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
+        except Exception as exc:
+            if not is_database_unavailable(exc):
+                raise
+            # Not the client's fault: say so, and close so that it reconnects after a pause.
+            logger.warning("AUTH refused: database unavailable (%s)", str(exc).strip().splitlines()[0])
+            await self.send_frame(unavailable_or_internal(exc, frame.req_id))
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)
+            return
         if identity is None:
             await self._refuse("unknown token, or a token of another device", frame.req_id)
             return
@@ -305,7 +313,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             logger.warning("AUTH refused: Redis unreachable (%s)", outage_of(exc))
             node.counters["redis_unavailable_replies"] += 1
             await self.send_frame(outage_frame(frame.req_id))
-            await self.close(code=CLOSE_UNAVAILABLE)
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)
             return
         reply = {
             "type": "AUTH_OK",
@@ -316,8 +324,13 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "node_id": node.node_id,
             "server_time_ms": now_ms(),
             "registry_version": identity.registry_version,
+            "token_expires_at_ms": token_expires_at_ms(identity.token_issued_ms),
             # The frame cap as this process applies it (daphne's limit may be lower).
-            "limits": {**all_limits(), "max_outbound_frame_bytes": outbound_frame_cap()},
+            "limits": {
+                **all_limits(),
+                "max_outbound_frame_bytes": outbound_frame_cap(),
+                "max_inbound_frame_depth": settings.QIM_MAX_INBOUND_FRAME_DEPTH,
+            },
         }
         if frame.req_id is not None:
             reply["req_id"] = frame.req_id
@@ -326,3 +339,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
     async def _refuse(self, message: str, req_id: str | None = None) -> None:
         await self.send_frame(error_frame("unauthenticated", message, req_id))
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+
+def _shown(value: Any) -> str:
+    """A client's value in an error message, cut short: it may be any JSON."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from qim.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
+from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
+from qim.outage import outage_of
 
 # Handlers raise qim.errors.Refused; FrameError is its name at the gateway.
 FrameError = Refused
@@ -23,7 +26,7 @@ ERROR_CODES = frozenset(
         "room_limit",
         "conflict",
         "internal",
-        # Ours: a backing service (Redis) is unreachable; nothing was done, retry later.
+        # Ours: the database or Redis is unreachable; retry later.
         "unavailable",
     }
 )
@@ -48,8 +51,18 @@ def error_frame(
     return frame
 
 
+def unavailable_or_internal(error: BaseException, req_id: str | None) -> dict[str, Any]:
+    """The ERROR for a handler that raised: `unavailable` (retry later) when the database is
+    away or Redis unreachable, else `internal` (a bug)."""
+    if is_database_unavailable(error):
+        return error_frame("unavailable", UNAVAILABLE_MESSAGE, req_id, retry_after_ms=RETRY_AFTER_MS)
+    if outage_of(error) is not None:
+        return outage_frame(req_id)
+    return error_frame("internal", "the server failed to handle this frame", req_id)
+
+
 def outage_frame(req_id: str | None) -> dict[str, Any]:
     """The answer to a frame whose handler found Redis unreachable (qim/outage.py)."""
     return error_frame(
-        "unavailable", "a backing service is unreachable; retry", req_id, retry_after_ms=OUTAGE_RETRY_AFTER_MS
+        "unavailable", "Redis is unreachable; retry later", req_id, retry_after_ms=OUTAGE_RETRY_AFTER_MS
     )

@@ -1,80 +1,104 @@
-"""Each connection's inbound frame budget: a token bucket, so one socket cannot make its node
-parse and dispatch without bound; a sustained flood closes it (protocol.md §3, close 4430).
-
-Per connection, so in process memory: no Redis round trip on the hot path.
-"""
+"""Inbound text to a validated frame: every way a frame can be bad ends in Refused, so the
+consumer answers a typed ERROR and never closes with 1011 (protocol.md §4, issue #17)."""
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import functools
+import re
+from typing import Any, TypeVar
 
 import msgspec
+from django.conf import settings
 
-from qim.conf import limit
+from qim.errors import Refused
+from qim.gateway import codec
 
-# Sustained flooding past the budget: closed, the client may reconnect and slow down.
-CLOSE_FLOODING = 4430
+T = TypeVar("T")
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# A JSON string (skipped whole, so brackets inside it do not count) or one bracket.
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# The escape of U+0000: an odd number of backslashes, then u0000 (`\\u0000` is text).
+_NUL_ESCAPE = re.compile(r'(?<!\\)(?:\\\\)*\\u0000')
 
 
-class _ReqIdOnly(msgspec.Struct):
-    req_id: str | None = None
+def check_depth(text: str) -> None:
+    """Refuse text nested deeper than QIM_MAX_INBOUND_FRAME_DEPTH before decoding it: msgspec
+    and json recurse once per level, and a thousand levels overflow the stack of whichever
+    step (decode, encode, a log line) meets them first."""
+    allowed = settings.QIM_MAX_INBOUND_FRAME_DEPTH
+    # Cheap C-level count first: text with few brackets cannot be deep.
+    if text.count("[") + text.count("{") <= allowed:
+        return
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > allowed:
+                raise Refused("bad_frame", f"frames are nested at most {allowed} levels deep")
+        elif token in "]}":
+            depth -= 1
 
 
-_req_id_decoder = msgspec.json.Decoder(_ReqIdOnly)
-
-
-def req_id_of(text: str | None) -> str | None:
-    """The frame's string req_id, for the refusal to echo (clients match answers by it); a
-    skim that builds nothing else, and None for anything malformed."""
-    if text is None:
-        return None
+def parse_frame(text: str) -> dict[str, Any]:
+    """The frame's JSON object; Refused(bad_frame) for anything else."""
+    check_depth(text)
     try:
-        return _req_id_decoder.decode(text).req_id
-    except (msgspec.DecodeError, RecursionError):  # msgspec raises the latter past its depth
-        return None
+        raw = codec.decode(text)
+    except msgspec.DecodeError as exc:
+        # ValidationError is a DecodeError too: a number out of the float range.
+        raise Refused("bad_frame", f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise Refused("bad_frame", "frame nested too deeply") from None
+    if not isinstance(raw, dict):
+        raise Refused("bad_frame", "a frame is a JSON object")
+    return raw
 
 
-@dataclass
-class Verdict:
-    """What to do with one inbound frame: handle it, refuse it (`retry_after_ms`), or close."""
-
-    allowed: bool
-    retry_after_ms: int = 0
-    close: bool = False
+def holds_nul(text: str) -> bool:
+    """Whether a string in the frame holds U+0000 (JSON can only carry it escaped)."""
+    return "\\u0000" in text and _NUL_ESCAPE.search(text) is not None
 
 
-@dataclass
-class InboundBudget:
-    """A token bucket of `inbound_frame_burst` frames refilled at `inbound_frame_rate`/s, plus
-    a count of refusals per `inbound_flood_window_s` window (past `inbound_flood_max_refused`:
-    close). Settings are read once, at the socket's start; `clock` is injectable for tests."""
+def convert_frame(raw: dict[str, Any], schema: type[T], frame_type: str, text: str) -> T:
+    """`raw` (decoded from `text`) validated against `schema`; it must also fit the database
+    whatever the schema says: no NUL in any string, payloads included (PostgreSQL stores none:
+    ids are text columns, previews and control events JSON ones), and 64-bit integers in the
+    typed fields."""
+    try:
+        frame = codec.convert(raw, schema)
+    except msgspec.ValidationError as exc:
+        raise Refused("bad_frame", f"{frame_type}: {exc}") from None
+    if holds_nul(text):
+        raise Refused("bad_frame", f"{frame_type}: strings may not hold NUL (\\u0000)")
+    problem = _unstorable(frame, "$")
+    if problem is not None:
+        raise Refused("bad_frame", f"{frame_type}: {problem}")
+    return frame
 
-    clock: Callable[[], float] = time.monotonic
-    rate: float = field(default_factory=lambda: float(limit("inbound_frame_rate")))
-    burst: float = field(default_factory=lambda: float(limit("inbound_frame_burst")))
-    max_refused: float = field(default_factory=lambda: float(limit("inbound_flood_max_refused")))
-    window_s: float = field(default_factory=lambda: float(limit("inbound_flood_window_s")))
-    tokens: float = -1.0
-    updated: float = 0.0
-    refused: int = 0
-    window_started: float = 0.0
 
-    def __post_init__(self) -> None:
-        self.tokens = self.burst
-        self.updated = self.window_started = self.clock()
+def _unstorable(value: Any, path: str) -> str | None:
+    """What in a converted frame's typed fields no database column would take: an integer
+    outside 64 bits (SQLite raises OverflowError, PostgreSQL's bigint refuses it). Opaque
+    payloads (fields typed Any) are stored as JSON text and not looked into."""
+    if isinstance(value, msgspec.Struct):
+        for name in _typed_fields(type(value)):
+            problem = _unstorable(getattr(value, name), f"{path}.{name}")
+            if problem is not None:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            problem = _unstorable(item, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            return f"integer out of the 64-bit range - at `{path}`"
+    return None
 
-    def take(self) -> Verdict:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return Verdict(True)
-        if now - self.window_started >= self.window_s:
-            self.window_started, self.refused = now, 0
-        self.refused += 1
-        wait_ms = math.ceil((1 - self.tokens) / self.rate * 1000) if self.rate > 0 else 1000
-        return Verdict(False, retry_after_ms=max(1, wait_ms), close=self.refused > self.max_refused)
+
+@functools.cache
+def _typed_fields(schema: type[msgspec.Struct]) -> tuple[str, ...]:
+    return tuple(field.name for field in msgspec.structs.fields(schema) if field.type is not Any)

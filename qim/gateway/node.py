@@ -186,9 +186,9 @@ class ConnectionNode:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
         message = {"type": "node.call", "op": op, "body": body, "reply_to": self.node_id, "call_id": call_id}
-        self.counters["layer_messages_sent"] += 1
         try:
-            await get_channel_layer().send(node_channel(node_id), message)
+            if not await self.layer_send(node_id, message, "node call"):
+                raise TimeoutError(f"node {node_id}'s channel is full")  # as if it did not answer
             reply = await asyncio.wait_for(future, timeout)
         finally:
             self._calls.pop(call_id, None)
@@ -206,11 +206,23 @@ class ConnectionNode:
         except Exception:
             logger.exception("node call %s failed", message.get("op"))
             reply["error"] = {"code": "internal", "message": f"{message.get('op')} failed on {self.node_id}"}
+        await self.layer_send(message["reply_to"], reply, "node call reply")
+
+    async def layer_send(self, node_id: str, message: dict[str, Any], what: str) -> bool:
+        """One channel-layer message to another node; False when its channel was full.
+
+        channels-redis refuses a message to a full channel (ChannelFull) and nothing else tells
+        anyone: every drop is counted (`layer_messages_dropped`) and logged here. What was
+        dropped heals on the receiving side: SYNC for the mailbox, ROOM_REPLAY for a room
+        (the member sees a gap in room_seq), the caller's timeout for a call."""
         self.counters["layer_messages_sent"] += 1
         try:
-            await get_channel_layer().send(node_channel(message["reply_to"]), reply)
+            await get_channel_layer().send(node_channel(node_id), message)
         except ChannelFull:
-            logger.warning("reply channel of %s is full", message["reply_to"])
+            self.counters["layer_messages_dropped"] += 1
+            logger.warning("node channel of %s is full: %s dropped", node_id, what)
+            return False
+        return True
 
     async def _join_groups(self) -> None:
         layer = get_channel_layer()
@@ -373,13 +385,8 @@ class ConnectionNode:
         if node_id == self.node_id:
             await self.deliver_local(batch)
             return
-        self.counters["layer_messages_sent"] += 1
-        try:
-            await get_channel_layer().send(node_channel(node_id), batch)
-        except ChannelFull:
-            # Pushes are best effort; persistent data heals through SYNC.
-            self.counters["layer_messages_dropped"] += 1
-            logger.warning("node channel of %s is full; batch dropped", node_id)
+        # Pushes are best effort; persistent data heals through SYNC.
+        await self.layer_send(node_id, batch, "push batch")
 
     def _targets(self, batch: dict[str, Any]) -> Iterable[Connection]:
         tenant_id = batch["tenant"]

@@ -55,6 +55,8 @@ async def recheck_credentials(node: ConnectionNode) -> None:
 
 @on_node_start
 async def recheck_forever(node: ConnectionNode) -> None:
+    if settings.QIM_TOKEN_RECHECK_S <= 0:
+        return  # off: only notices close sockets, and expiry is enforced at AUTH and REST only
     await every(
         lambda: settings.QIM_TOKEN_RECHECK_S, lambda: recheck_credentials(node),
         log=logger, failed="credentials re-check failed; retrying",

@@ -30,6 +30,13 @@ class Identity:
     token_issued_ms: int = 0
 
 
+def token_expires_at_ms(issued_ms: int) -> int | None:
+    """When a token issued at `issued_ms` stops working; None while QIM_TOKEN_TTL_S is off."""
+    if settings.QIM_TOKEN_TTL_S <= 0:
+        return None
+    return issued_ms + int(settings.QIM_TOKEN_TTL_S * 1000)
+
+
 def live_tokens() -> QuerySet[DeviceToken]:
     """Tokens that still authenticate: their user is active and, when QIM_TOKEN_TTL_S is
     set, they are younger than that."""

@@ -32,13 +32,18 @@ def new_token(persona: Persona, device_id: str, node: QimNode | None = None, add
     return answer.json()["token"]
 
 
-async def open_session(node: QimNode, token: str, device_id: str) -> Any:
-    """A raw socket past AUTH."""
+async def authenticated(node: QimNode, token: str, device_id: str) -> tuple[Any, dict]:
+    """A raw socket past AUTH, and its AUTH_OK."""
     ws = await websockets.connect(node.ws_url, open_timeout=WAIT_S)
     await ws.send(json.dumps({"type": "AUTH", "token": token, "device_id": device_id}))
     ok = json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))
     assert ok["type"] == "AUTH_OK", ok
-    return ws
+    return ws, ok
+
+
+async def open_session(node: QimNode, token: str, device_id: str) -> Any:
+    """A raw socket past AUTH."""
+    return (await authenticated(node, token, device_id))[0]
 
 
 async def frames_until_closed(ws: Any, timeout: float = WAIT_S) -> tuple[list[dict], int | None]:

@@ -31,6 +31,28 @@ def test_admin_never_shows_password_hashes_or_tokens(operator_client: Client) ->
     assert boot.token not in page
 
 
+def test_admin_never_shows_push_credentials(operator_client: Client) -> None:
+    boot = do_bootstrap_tenant("acme", "boss", "pw")
+    do_issue_token(boot.admin, "phone")
+    device = boot.admin.devices.get(device_id="phone")
+    device.push_platform, device.push_token, device.voip_token = "ios", "apns-secret-push-token", "apns-secret-voip-token"
+    device.save()
+    pages = [
+        operator_client.get(f"/admin/qim/user/{boot.admin.pk}/change/"),
+        operator_client.get("/admin/qim/device/"),
+        operator_client.get(f"/admin/qim/device/{device.pk}/change/"),
+    ]
+    for page in pages:
+        text = page.content.decode()
+        assert page.status_code == 200
+        assert "apns-secret-push-token" not in text and "apns-secret-voip-token" not in text
+        assert "ios" in text
+    # Saving the device page cannot overwrite them either: the fields are not in the form.
+    operator_client.post(f"/admin/qim/device/{device.pk}/change/", {"user": boot.admin.pk, "push_token": "x"})
+    device.refresh_from_db()
+    assert device.push_token == "apns-secret-push-token"
+
+
 def test_the_contract_models_are_in_the_admin_read_only(operator_client: Client) -> None:
     for path in ("/admin/qim/messagerecord/", "/admin/qim/usermailboxentry/", "/admin/qim/pushtask/",
                  "/admin/qim/userbadgestate/", "/admin/reactions/messagereaction/",

@@ -1,5 +1,6 @@
-"""Revocation across two nodes (PostgreSQL, Redis): the notice closes the sockets on every
-node. The re-check is set to an hour here, so only the notice can have closed them."""
+"""Credentials across two nodes (PostgreSQL, Redis): the revocation notice closes the sockets
+on every node (the re-check is set to an hour here, so only the notice can have closed them),
+and the login throttle is one budget for all nodes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.conftest import QimDeployment, start_cluster
 from tests.core.credential_helpers import frames_until_closed, new_token, open_session, revocation_error, still_open
 from tests.harness.personas import PASSWORD, TenantHandle, api, api_ok
 
-ENV = {"QIM_TOKEN_RECHECK_S": "3600"}
+ENV = {"QIM_TOKEN_RECHECK_S": "3600", "QIM_AUTH_TOKEN_RATE_PER_ACCOUNT": "16/minute"}
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +78,28 @@ async def test_a_revoked_token_closes_its_sockets_on_both_nodes_only(deployment:
         assert api(node, "GET", "rtc/ice-servers", token).status_code == 401
         assert api(node, "GET", "rtc/ice-servers", other).status_code == 200
     await other_token.close()
+
+
+def test_the_login_budget_of_an_account_is_shared_by_the_nodes(deployment: QimDeployment, acme: TenantHandle) -> None:
+    n1, n2 = deployment.nodes
+    dora = acme.persona("dora")
+    body = {"tenant": "acme", "username": dora.user_id, "password": PASSWORD, "device_id": "phone"}
+    statuses = [api(node, "POST", "auth/token", json=body).status_code for node in (n1, n2) * 8]
+    assert statuses == [200] * 16
+    for node in (n1, n2):
+        throttled = api(node, "POST", "auth/token", json=body)
+        assert (throttled.status_code, throttled.json()["code"]) == (429, "rate_limited")
+        assert throttled.json()["retry_after_ms"] > 0
+
+
+async def test_a_token_pushed_out_by_newer_logins_of_its_device_closes_its_socket(deployment: QimDeployment, acme: TenantHandle) -> None:
+    n1, n2 = deployment.nodes
+    erin = acme.persona("erin")
+    oldest = new_token(erin, "phone", n1)
+    ws = await open_session(n2, oldest, "phone")
+    assert ws is not None
+    newer = [new_token(erin, "phone", (n1, n2)[i % 2]) for i in range(10)]  # the device keeps 10
+    frames, code = await frames_until_closed(ws)
+    assert code == 4403 and revocation_error(frames)["reason"] == "token_revoked"
+    assert api(n1, "GET", "rtc/ice-servers", oldest).status_code == 401
+    assert all(api(n2, "GET", "rtc/ice-servers", token).status_code == 200 for token in newer)

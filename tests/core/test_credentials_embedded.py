@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from qimclient import CLOSE_CREDENTIALS_REVOKED, ConnectionLost, QimClient
+from qimclient import CLOSE_CREDENTIALS_REVOKED, ApiError, ConnectionLost, QimClient, RestClient
+from qimclient import login as sdk_login
 from tests.conftest import QimDeployment, start_embedded
 from tests.core.credential_helpers import (
     WAIT_S,
@@ -47,7 +48,9 @@ def acme(deployment: QimDeployment) -> TenantHandle:
 
 def test_only_the_digest_is_stored_and_nothing_holds_the_token(deployment: QimDeployment, acme: TenantHandle) -> None:
     alice = acme.persona("alice")
-    token = new_token(alice, "phone")
+    answer = login(acme.node, {"tenant": "acme", "username": alice.user_id, "password": PASSWORD, "device_id": "phone"})
+    assert answer.json()["expires_at_ms"] is None  # QIM_TOKEN_TTL_S is off
+    token = answer.json()["token"]
     digest = hashlib.sha256(token.encode()).hexdigest()
     rows = deployment.db.query(
         "SELECT t.digest FROM qim_devicetoken t JOIN qim_device d ON d.id = t.device_id "
@@ -137,7 +140,7 @@ def test_refusals_are_identical_for_every_reason(deployment: QimDeployment, acme
         (401, '{"code":"unauthenticated","message":"unknown tenant, username or password"}', None)}
 
 
-def test_logins_are_throttled_per_account(acme: TenantHandle) -> None:
+async def test_logins_are_throttled_per_account(acme: TenantHandle) -> None:
     frank = acme.persona("frank")
     body = {"tenant": "acme", "username": frank.user_id, "password": PASSWORD, "device_id": "phone"}
     # 3 per minute: right and wrong passwords count alike, from any address.
@@ -151,6 +154,10 @@ def test_logins_are_throttled_per_account(acme: TenantHandle) -> None:
         assert 1 <= int(throttled.headers["Retry-After"]) <= 60
     # Another account from the same address is not held back by frank's budget.
     assert new_token(acme.persona("gina"), "phone", address="127.0.0.11")
+    # The SDK hands the wait over.
+    with pytest.raises(ApiError) as refused:
+        await sdk_login(acme.node.http_url, "acme", frank.user_id, PASSWORD, "phone")
+    assert (refused.value.status, refused.value.code) == (429, "rate_limited") and refused.value.retry_after_ms > 0
 
 
 def test_logins_are_throttled_per_address(acme: TenantHandle) -> None:
@@ -173,7 +180,8 @@ async def test_the_sdk_stops_for_good_on_4403(acme: TenantHandle) -> None:
     token = new_token(ivan, "phone")
     client = QimClient(acme.node.ws_url, token, "phone", reconnect=True)
     await client.connect()
-    assert api(acme.node, "DELETE", "auth/token", token).status_code == 204
+    async with RestClient(acme.node.http_url, token) as rest:
+        await rest.logout()
     error = await client.next_push(timeout=WAIT_S, type="ERROR")
     assert error["reason"] == "token_revoked"
     async with asyncio.timeout(WAIT_S):
@@ -182,3 +190,10 @@ async def test_the_sdk_stops_for_good_on_4403(acme: TenantHandle) -> None:
     assert (client.close_code, client.reconnects) == (CLOSE_CREDENTIALS_REVOKED, 0)
     assert isinstance(client.last_error, ConnectionLost)
     await client.close()
+
+
+def test_the_schema_documents_logout_and_deactivation(acme: TenantHandle) -> None:
+    schema = api(acme.node, "GET", "schema/", headers={"Accept": "application/vnd.oai.openapi+json"})
+    paths = schema.json()["paths"]
+    assert {"post", "delete"} <= set(paths["/api/v1/auth/token"])
+    assert "post" in paths["/api/v1/users/{user_id}/deactivate"]

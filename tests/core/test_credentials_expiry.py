@@ -11,8 +11,15 @@ import pytest
 import websockets
 
 from tests.conftest import QimDeployment, start_embedded
-from tests.core.credential_helpers import WAIT_S, frames_until_closed, new_token, open_session, revocation_error
-from tests.harness.personas import api
+from tests.core.credential_helpers import (
+    WAIT_S,
+    authenticated,
+    frames_until_closed,
+    login,
+    new_token,
+    revocation_error,
+)
+from tests.harness.personas import PASSWORD, api
 
 # Long enough for a loaded machine to use a token right after issuing it; every wait below
 # is for a condition, never for a time.
@@ -29,8 +36,12 @@ def deployment(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]
 async def test_an_expired_token_is_refused_everywhere_and_its_socket_closed(deployment: QimDeployment) -> None:
     acme = deployment.bootstrap("acme")  # a fresh admin token: the first one may have expired
     alice = acme.persona("alice")
-    token = new_token(alice, "phone")
-    ws = await open_session(acme.node, token, "phone")
+    answer = login(acme.node, {"tenant": "acme", "username": alice.user_id, "password": PASSWORD, "device_id": "phone"})
+    token, expires_at_ms = answer.json()["token"], answer.json()["expires_at_ms"]
+    ws, auth_ok = await authenticated(acme.node, token, "phone")
+    # Both say when: the login answer, from its clock; AUTH_OK, from the token's row.
+    assert abs(auth_ok["token_expires_at_ms"] - expires_at_ms) < 5000
+    assert 0 < expires_at_ms - auth_ok["server_time_ms"] <= 10_000
     assert api(acme.node, "GET", "rtc/ice-servers", token).status_code == 200
     frames, code = await frames_until_closed(ws)
     assert code == 4403

@@ -3,19 +3,35 @@ issued before it, population, the per-device cap, and the admin's deactivate act
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.contrib.auth.hashers import MD5PasswordHasher
 from django.test import Client
 
 from qim.actions.accounts import do_bootstrap_tenant, do_create_user, do_issue_token, do_login, do_populate_users
 from qim.errors import Refused
 from qim.models import DeviceToken, Tenant, User
 from qim.queries import identity_for_token
+from qim.revocation import CREDENTIALS_GROUP
+
+class CountingHasher(MD5PasswordHasher):
+    """Counts how often the hash function runs, whether to make a hash or to check one."""
+
+    algorithm = "counting_md5"
+    runs = 0
+
+    def encode(self, password, salt):  # type: ignore[no-untyped-def]
+        CountingHasher.runs += 1
+        return super().encode(password, salt)
+
 
 BEFORE = [("qim", "0004_anchor_events_by_time")]
 AFTER = [("qim", "0006_hash_existing_tokens")]
@@ -94,3 +110,49 @@ def test_the_admin_deactivates_and_reactivates_users_and_shows_no_digest(operato
         do_login("acme", "alice", "pw", "phone")
     operator_client.post(changelist, {"action": "activate_selected", "_selected_action": [alice.pk]})
     assert identity_for_token(do_login("acme", "alice", "pw", "phone")[0], "phone").user_id == "alice"
+
+
+@pytest.mark.django_db
+def test_every_refused_login_costs_one_hash(settings) -> None:  # type: ignore[no-untyped-def]
+    """An unknown user, tenant or a deactivated user costs what a wrong password does: the
+    timing of the refusal tells nothing (the count stands in for the time)."""
+    settings.PASSWORD_HASHERS = ["tests.core.test_credentials_storage.CountingHasher"]
+    tenant = Tenant.objects.create(name="acme")
+    do_create_user(tenant, "alice", "pw")
+    gone = do_create_user(tenant, "gone", "pw")
+    gone.is_active = False
+    gone.save()
+    attempts = [("acme", "alice", "wrong"), ("acme", "nobody", "pw"), ("globex", "alice", "pw"), ("acme", "gone", "pw")]
+    for tenant_name, username, password in attempts:
+        CountingHasher.runs = 0
+        with pytest.raises(Refused) as refused:
+            do_login(tenant_name, username, password, "phone")
+        assert (refused.value.code, refused.value.message, CountingHasher.runs) == (
+            "unauthenticated", "unknown tenant, username or password", 1), username
+
+
+@pytest.mark.django_db
+def test_deleting_a_device_in_the_admin_announces_its_tokens(operator_client: Client, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+    """The same notice as a revocation, to the group every node listens on (here the
+    in-process channel layer, which a listener joins like a node)."""
+    boot = do_bootstrap_tenant("acme", "boss", "pw")
+    alice = do_create_user(boot.tenant, "alice", "pw")
+    tokens = [do_issue_token(alice, "phone"), do_issue_token(alice, "phone")]
+    layer = get_channel_layer()
+
+    async def next_message() -> dict:
+        return await asyncio.wait_for(layer.receive("test.listener"), 30)
+
+    async_to_sync(layer.group_add)(CREDENTIALS_GROUP, "test.listener")
+    try:
+        device = alice.devices.get(device_id="phone")
+        with django_capture_on_commit_callbacks(execute=True):
+            answer = operator_client.post(f"/admin/qim/device/{device.pk}/delete/", {"post": "yes"})
+        assert answer.status_code == 302
+        message = async_to_sync(next_message)()
+    finally:
+        async_to_sync(layer.group_discard)(CREDENTIALS_GROUP, "test.listener")
+    assert (message["type"], message["tenant"], message["user"], message["reason"]) == (
+        "credentials.revoked", boot.tenant.pk, "alice", "token_revoked")
+    assert sorted(message["digests"]) == sorted(sha256(t) for t in tokens)
+    assert not DeviceToken.objects.filter(device__user=alice).exists()

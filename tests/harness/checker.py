@@ -26,7 +26,8 @@ member who should see it. The rules, so that every fault test means the same by 
 
 Payloads carry their `client_msg_id` (`History.payload`), so an observed message can be tied to
 its send even when its ACK never arrived. `recovery_time` measures from `fault()` to the moment
-every member had observed every message (it should see) whose send began before the fault.
+every member had observed every message (it should see) whose send began before the fault, or
+before `healed()` when the test repairs the fault itself (a database started again).
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ class History:
         self.sends: dict[str, Send] = {}
         self.observations: list[Observation] = []
         self.fault_at: float | None = None
+        self.healed_at: float | None = None
 
     # Recording
 
@@ -189,6 +191,11 @@ class History:
     def fault(self) -> None:
         """Now is the fault instant `recovery_time` counts from."""
         self.fault_at = self.clock()
+
+    def healed(self) -> None:
+        """Now the fault is repaired (a stopped service started again): messages sent until now,
+        not only until the fault, count in `recovery_time`. Without it, the fault instant."""
+        self.healed_at = self.clock()
 
     # Reading
 
@@ -290,7 +297,8 @@ class History:
     def _caught_up(self, expected: set[str], written: dict[str, Send], first_seen: dict[str, float]) -> float | None:
         if self.fault_at is None:
             return None
-        before = [mid for mid in expected if written[mid].started_at <= self.fault_at]
+        cutoff = self.fault_at if self.healed_at is None else max(self.fault_at, self.healed_at)
+        before = [mid for mid in expected if written[mid].started_at <= cutoff]
         if any(mid not in first_seen for mid in before):
             return None
         return max((first_seen[mid] for mid in before), default=self.fault_at)

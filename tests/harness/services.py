@@ -52,28 +52,41 @@ class PostgresServer:
     port: int
     user: str = "postgres"
     process_owner: str | None = None
+    durable: bool = False
 
     @classmethod
-    def start(cls) -> "PostgresServer":
+    def start(cls, durable: bool = False) -> "PostgresServer":
+        """A fresh cluster; `durable` keeps PostgreSQL's crash safety (fsync, synchronous
+        commits), which the shared test cluster turns off for speed."""
         owner = "postgres" if os.geteuid() == 0 else None
         base = Path(tempfile.mkdtemp(prefix="qim-pg-"))
         datadir = base / "data"
         if owner:
             shutil.chown(base, user=owner)
             base.chmod(0o700)
-        server = cls(datadir=datadir, port=free_port(), process_owner=owner)
+        server = cls(datadir=datadir, port=free_port(), process_owner=owner, durable=durable)
         server._run(
             [_pg_bin("initdb"), "-D", str(datadir), "-U", server.user, "-A", "trust", "-E", "UTF8", "--no-sync"]
         )
-        options = (
-            f"-p {server.port} -c listen_addresses=127.0.0.1 -k {base} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
-        )
-        server._run(
-            [_pg_bin("pg_ctl"), "-D", str(datadir), "-o", options, "-l", str(base / "log"), "-w", "start"]
-        )
-        wait_for_port("127.0.0.1", server.port)
+        server.resume()
         return server
+
+    def resume(self) -> None:
+        """Start the server on its data directory and port (again, after `halt`)."""
+        base = self.datadir.parent
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {base} -c max_connections=300"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        self._run(
+            [_pg_bin("pg_ctl"), "-D", str(self.datadir), "-o", options, "-l", str(base / "log"), "-w", "start"]
+        )
+        wait_for_port("127.0.0.1", self.port)
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data directory for `resume`: `fast` as an operator
+        would (sessions cut, open transactions rolled back), `immediate` as in a crash (no
+        checkpoint; the next start replays the WAL)."""
+        self._run([_pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", mode, "-w", "stop"])
 
     def _run(self, argv: list[str]) -> None:
         if self.process_owner:

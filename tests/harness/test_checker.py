@@ -213,3 +213,18 @@ def test_recovery_time_is_none_while_a_member_misses_a_message_from_before_the_f
     deliver(history, "bob", sends)
     assert history.check(MEMBERS).recovery_time is None
     assert history.missing(MEMBERS) == 1
+
+
+def test_after_healed_messages_sent_during_the_outage_count_too(history: History) -> None:
+    clock = history.clock
+    assert isinstance(clock, Clock)
+    history.fault()
+    clock.now = 2.0
+    during = sent_and_acked(history, 1)  # refused while the database was away, ACKed after
+    clock.now = 3.0
+    history.healed()
+    clock.now = 4.5
+    deliver(history, "bob", during)
+    deliver(history, "carol", during)
+    verdict = history.check(MEMBERS)
+    assert verdict.clean and verdict.recovery_time == pytest.approx(4.5)

@@ -17,9 +17,9 @@ from tests.harness.checker import History
 from tests.harness.personas import Persona
 from tests.harness.qim_process import QimNode
 
-# ERROR codes after which the same client_msg_id is sent again: the server may be recovering
-# (internal: e.g. its database is away) or asks to slow down.
-RETRIED_CODES = ("internal", "rate_limited")
+# ERROR codes after which the same client_msg_id is sent again: the server's database is away
+# (unavailable), it may be recovering (internal), or it asks to slow down.
+RETRIED_CODES = ("unavailable", "internal", "rate_limited")
 _ids = itertools.count(1)
 
 
@@ -69,10 +69,13 @@ class Device:
         await client.connect()
         return device
 
-    async def send(self, conversation_id: str, deadline: float, pause: float = 0.2) -> str:
-        """SEND one checked message, retrying the same client_msg_id after a lost connection, a
-        timeout or a retried ERROR until ACKed or `deadline` (monotonic); answers the id."""
-        client_msg_id = f"{self.name}-{next(_ids)}"
+    async def send(
+        self, conversation_id: str, deadline: float, client_msg_id: str | None = None, pause: float = 0.2
+    ) -> str:
+        """SEND one checked message (a new one, or `client_msg_id` again), retrying that id after
+        a lost connection, a timeout or a retried ERROR until ACKed or `deadline` (monotonic);
+        answers the id."""
+        client_msg_id = client_msg_id or f"{self.name}-{next(_ids)}"
         while True:
             self.history.sent(self.name, conversation_id, client_msg_id)
             try:
@@ -83,7 +86,7 @@ class Device:
             except (ConnectionLost, TimeoutError) as error:
                 self.history.failed(client_msg_id, repr(error))
                 await asyncio.sleep(0)  # let the reader see the drop before waiting for the reconnect
-                await self._wait_connected(deadline)
+                await self.wait_connected(deadline)
             except QimError as error:
                 self.codes.append(error.code)
                 if error.code not in RETRIED_CODES:
@@ -97,7 +100,8 @@ class Device:
             if time.monotonic() > deadline:
                 return client_msg_id
 
-    async def _wait_connected(self, deadline: float) -> None:
+    async def wait_connected(self, deadline: float) -> None:
+        """Until the client is connected again or `deadline` (monotonic) passes."""
         try:
             await self.client.wait_connected(timeout=max(0.1, deadline - time.monotonic()))
         except TimeoutError:
@@ -117,29 +121,23 @@ async def send_steadily(
 
 
 async def retry_unacked(devices: Iterable[Device], history: History, deadline: float) -> None:
-    """Send every un-ACKed message again with its own client_msg_id until ACKed: what a client
-    does with its outbox after reconnecting."""
+    """Send every un-ACKed message again with its own client_msg_id until ACKed (or refused):
+    what a client does with its outbox after reconnecting."""
     by_name = {device.name: device for device in devices}
     while history.unacked() and time.monotonic() < deadline:
         for send in history.unacked():
-            device = by_name[send.sender]
-            await device._wait_connected(deadline)
-            try:
-                ack = await device.client.request(
-                    "SEND", conversation_id=send.conversation_id, client_msg_id=send.client_msg_id,
-                    content_type="text", payload=History.payload(send.client_msg_id),
-                )
-            except (ConnectionLost, TimeoutError, QimError) as error:
-                history.failed(send.client_msg_id, repr(error))
-                await asyncio.sleep(0.2)
-            else:
-                history.acked(send.client_msg_id, ack["message_id"], ack.get("conversation_seq"))
+            await by_name[send.sender].send(send.conversation_id, deadline, send.client_msg_id)
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.1) -> None:
-    """Poll `condition` until true; fail naming `what` after `timeout` s (generous: CI is loaded)."""
+async def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.1,
+    describe: Callable[[], str] | None = None,
+) -> None:
+    """Poll `condition` until true; fail naming `what` (and `describe()`, e.g. a checker verdict)
+    after `timeout` s (generous: CI is loaded)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout} s")
+            detail = f"\n{describe()}" if describe is not None else ""
+            raise AssertionError(f"not {what} after {timeout} s{detail}")
         await asyncio.sleep(poll)

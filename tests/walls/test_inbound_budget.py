@@ -1,4 +1,4 @@
-"""The per-connection inbound frame budget (qim/gateway/inbound.py): a frame over it answers
+"""The per-connection inbound frame budget (qim/gateway/inbound_budget.py): a frame over it answers
 `rate_limited` with `retry_after_ms` and is not handled; a sustained flood closes 4430; other
 connections are unaffected."""
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import websockets
 
-from qim.gateway.inbound import CLOSE_FLOODING, InboundBudget, req_id_of
+from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
 from tests.conftest import QimDeployment, start_embedded
 
 BUDGET_ENV = {

@@ -7,29 +7,16 @@ import { Backoff, sleep } from "./backoff.js";
 import { decodeFrame, encodeFrame } from "./codec.js";
 import { Emitter } from "./emitter.js";
 import { AuthError, ConnectionLost, QimError, RequestTimeout } from "./errors.js";
+import {
+  isFinalClose, messageText, openSession, type Session, type WebSocketConstructor, type WebSocketLike,
+} from "./handshake.js";
 import type { AuthOk, ErrorFrame, Frame } from "./types.js";
 import { VERSION } from "./version.js";
 
-/** §3: a bad (or revoked) token gets ERROR unauthenticated then close 4401: final. */
-export const CLOSE_UNAUTHENTICATED = 4401;
-/** §3: no AUTH within `auth_timeout_s`: transient (a stalled network), so we reconnect. */
-export const CLOSE_AUTH_TIMEOUT = 4408;
-/** The node closed a socket that did not read its pushes; reconnect and heal by SYNC. */
-export const CLOSE_TOO_SLOW = 4429;
-
-/** What the SDK needs of a WebSocket: the browser's, or the `ws` package's in Node. */
-export interface WebSocketLike {
-  readonly readyState: number;
-  /* eslint-disable @typescript-eslint/no-explicit-any -- both DOM and `ws` event types fit */
-  onopen: ((event: any) => void) | null;
-  onmessage: ((event: any) => void) | null;
-  onclose: ((event: any) => void) | null;
-  onerror: ((event: any) => void) | null;
-  send(data: string): void;
-  close(code?: number, reason?: string): void;
-}
-
-export type WebSocketConstructor = new (url: string) => WebSocketLike;
+export {
+  CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_FLOODING, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED,
+  CLOSE_UNAVAILABLE, isFinalClose, type WebSocketConstructor, type WebSocketLike,
+} from "./handshake.js";
 
 export interface ConnectionOptions {
   /** `ws://host:port/ws/v1` */
@@ -40,7 +27,7 @@ export interface ConnectionOptions {
   /** The WebSocket class; defaults to `globalThis.WebSocket` (browsers, Node >= 22). */
   WebSocket?: WebSocketConstructor;
   requestTimeoutMs?: number;
-  /** Reconnect after a drop (never after 4401 or `close()`); default true. */
+  /** Reconnect after a drop (never after 4401, 4403 or `close()`); default true. */
   reconnect?: boolean;
   backoff?: Backoff;
 }
@@ -60,7 +47,7 @@ export interface ConnectionEvents {
   /** AUTH_OK of the first session and of every reconnect (after the hooks ran). */
   connected: { authOk: AuthOk; reconnect: boolean };
   disconnected: CloseInfo;
-  /** Final: no more reconnects (close(), 4401, or a refused re-AUTH). */
+  /** Final: no more reconnects (close(), 4401, 4403, or a refused re-AUTH). */
   closed: { error?: Error; code?: number };
   /** Something went wrong in the background (a hook, a reconnect attempt). */
   error: Error;
@@ -75,7 +62,6 @@ interface Pending {
 }
 
 const ABANDONED_MEMORY = 1024;
-const textDecoder = new TextDecoder();
 
 export class QimConnection extends Emitter<ConnectionEvents> {
   readonly options: Required<Omit<ConnectionOptions, "WebSocket" | "clientVersion">> & {
@@ -119,7 +105,7 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     return this.connectedNow;
   }
 
-  /** True once closed for good: `close()`, a 4401, or a refused re-AUTH. */
+  /** True once closed for good: `close()`, a 4401 or 4403, or a refused re-AUTH. */
   get isClosed(): boolean {
     return this.finished;
   }
@@ -227,53 +213,13 @@ export class QimConnection extends Emitter<ConnectionEvents> {
 
   // Internals: handshake
 
-  private openAndAuthenticate(): Promise<{ ws: WebSocketLike; authOk: AuthOk }> {
-    const { url, token, deviceId, clientVersion, requestTimeoutMs } = this.options;
-    return new Promise((resolve, reject) => {
-      let ws: WebSocketLike;
-      try {
-        ws = new this.WS(url);
-      } catch (error) {
-        reject(error instanceof Error ? error : new Error(String(error)));
-        return;
-      }
-      let refusal: ErrorFrame | null = null;
-      let settled = false;
-      const settle = (error: Error | null, authOk?: AuthOk) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        if (error === null) resolve({ ws, authOk: authOk as AuthOk });
-        else reject(error);
-      };
-      const timer = setTimeout(() => {
-        settle(new RequestTimeout(`no AUTH_OK within ${requestTimeoutMs} ms`));
-        ws.onclose = null;
-        ws.close();
-      }, requestTimeoutMs);
-      ws.onopen = () => {
-        const auth: Frame = { type: "AUTH", token, device_id: deviceId };
-        if (clientVersion !== undefined) auth.client_version = clientVersion;
-        ws.send(encodeFrame(auth));
-      };
-      ws.onmessage = (event: { data: unknown }) => {
-        const frame = decodeFrame(messageText(event.data));
-        if (frame?.type === "AUTH_OK") settle(null, frame as AuthOk);
-        else if (frame?.type === "ERROR") refusal = frame as ErrorFrame; // the 4401 close follows
-      };
-      ws.onerror = () => undefined; // onclose follows with the code
-      ws.onclose = (event: { code: number; reason: string }) => {
-        this.closeCode = event.code;
-        if (refusal !== null || event.code === CLOSE_UNAUTHENTICATED) {
-          const code = refusal ? String(refusal.code) : "unauthenticated";
-          settle(new AuthError(code, refusal?.message ?? event.reason ?? "refused", event.code));
-        } else if (event.code === CLOSE_AUTH_TIMEOUT) {
-          settle(new AuthError("auth_timeout", "the server closed before AUTH completed", event.code));
-        } else {
-          settle(new ConnectionLost(`socket closed during AUTH (${event.code})`, event.code));
-        }
-      };
-    });
+  private async openAndAuthenticate(): Promise<Session> {
+    try {
+      return await openSession(this.WS, this.options);
+    } catch (error) {
+      if (error instanceof AuthError || error instanceof ConnectionLost) this.closeCode = error.closeCode;
+      throw error;
+    }
   }
 
   private install(ws: WebSocketLike, authOk: AuthOk): void {
@@ -315,10 +261,10 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     this.connectedNow = false;
     this.closeCode = event.code;
     this.failPending(new ConnectionLost(`connection lost (${event.code})`, event.code));
-    const final = this.closing || !this.options.reconnect || event.code === CLOSE_UNAUTHENTICATED;
+    const final = this.closing || !this.options.reconnect || isFinalClose(event.code);
     this.emit("disconnected", { code: event.code, reason: event.reason, willReconnect: !final });
     if (final) {
-      if (event.code === CLOSE_UNAUTHENTICATED) {
+      if (isFinalClose(event.code)) {
         this.lastError = new AuthError("unauthenticated", "the server revoked the session", event.code);
       }
       this.finish();
@@ -346,7 +292,7 @@ export class QimConnection extends Emitter<ConnectionEvents> {
         this.emit("connected", { authOk, reconnect: true });
         return;
       } catch (error) {
-        if (error instanceof AuthError && (error.code === "unauthenticated" || error.closeCode === CLOSE_UNAUTHENTICATED)) {
+        if (error instanceof AuthError && (error.code === "unauthenticated" || isFinalClose(error.closeCode ?? 0))) {
           this.lastError = error; // a revoked token: retrying would loop forever
           this.finish();
           return;
@@ -388,10 +334,4 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     }
     this.pending.clear();
   }
-}
-
-function messageText(data: unknown): string {
-  if (typeof data === "string") return data;
-  if (data instanceof ArrayBuffer || ArrayBuffer.isView(data)) return textDecoder.decode(data as ArrayBuffer);
-  return String(data);
 }

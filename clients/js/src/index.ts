@@ -5,7 +5,8 @@ export {
   counterOf, decodeFrame, encodeFrame, epochOf, EPOCH_SHIFT, parseJson, ROOM_SEQ_FIELDS, stringifyJson, toRoomSeq,
 } from "./codec.js";
 export {
-  CLOSE_AUTH_TIMEOUT, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED, QimConnection,
+  CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_FLOODING, CLOSE_TOO_SLOW, CLOSE_UNAUTHENTICATED,
+  CLOSE_UNAVAILABLE, isFinalClose, QimConnection,
   type CloseInfo, type ConnectionEvents, type ConnectionOptions, type WebSocketConstructor, type WebSocketLike,
 } from "./connection.js";
 export { Emitter } from "./emitter.js";
@@ -14,7 +15,10 @@ export { newClientMsgId } from "./ids.js";
 export { Messaging, type HistoryQuery, type SendOptions } from "./messaging.js";
 export { Presence } from "./presence.js";
 export { TypeRegistry, UNKNOWN_TYPE_TEXT } from "./registry.js";
-export { REST_PATHS, RestClient, type IceServers, type RoomInfo } from "./rest.js";
+export {
+  REST_PATHS, RestClient, type ConversationIdAnswer, type ConversationSeqAnswer, type EventSeqAnswer, type IceServer,
+  type IceServers, type LoginAnswer, type PushRegistration, type RoomInfo, type TypeFields, type UserIdAnswer,
+} from "./rest.js";
 export { withRateLimitRetry, type RetryOptions } from "./retry.js";
 export { Rooms, type RoomState } from "./rooms.js";
 export { Calls, isEnded, type Call } from "./rtc.js";

@@ -9,7 +9,12 @@ import type { CustomMessageType } from "./types.js";
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
-export interface LoginAnswer { token: string; user_id: string }
+// Answers, named after the schema's components (checked against /api/v1/schema/ by the tests).
+export interface LoginAnswer { token: string; user_id: string } // TokenResponse
+export interface UserIdAnswer { user_id: string } // UserId
+export interface ConversationIdAnswer { conversation_id: string } // ConversationId
+export interface ConversationSeqAnswer { conversation_seq: number } // ConversationSeq
+export interface EventSeqAnswer { event_conversation_seq: number } // EventSeq
 export interface IceServer { urls: string[] | string; username: string; credential: string }
 export interface IceServers { ice_servers: IceServer[]; ttl_s: number }
 export interface RoomInfo {
@@ -30,6 +35,7 @@ export const REST_PATHS = [
   "/api/v1/devices/{device_id}/push", "/api/v1/rooms", "/api/v1/rooms/{room_id}",
   "/api/v1/rooms/{room_id}/promote", "/api/v1/moderation/recall", "/api/v1/registry/types",
   "/api/v1/registry/types/{custom_type}", "/api/v1/rtc/ice-servers", "/api/v1/health",
+  "/api/v1/users/{user_id}/deactivate",
 ] as const;
 
 export class RestClient {
@@ -68,19 +74,30 @@ export class RestClient {
     return answer;
   }
 
-  createUser(username: string, password: string, displayName?: string): Promise<{ user_id: string }> {
+  /** DELETE auth/token: revokes the token this client holds; its sockets close with 4403. */
+  async logout(): Promise<void> {
+    await this.call<void>("DELETE", "auth/token");
+    this.token = undefined;
+  }
+
+  /** POST users/{id}/deactivate (tenant admin): every token of that user is revoked. */
+  deactivateUser(userId: string): Promise<unknown> {
+    return this.call("POST", `users/${enc(userId)}/deactivate`);
+  }
+
+  createUser(username: string, password: string, displayName?: string): Promise<UserIdAnswer> {
     return this.call("POST", "users", { username, password, ...(displayName ? { display_name: displayName } : {}) });
   }
 
-  createConversation(kind: "group" | "direct", memberUserIds: string[], options: { title?: string; e2ee?: boolean } = {}): Promise<{ conversation_id: string }> {
+  createConversation(kind: "group" | "direct", memberUserIds: string[], options: { title?: string; e2ee?: boolean } = {}): Promise<ConversationIdAnswer> {
     return this.call("POST", "conversations", { kind, member_user_ids: memberUserIds, ...options });
   }
 
-  addMembers(conversationId: string, userIds: string[]): Promise<{ conversation_seq: number }> {
+  addMembers(conversationId: string, userIds: string[]): Promise<ConversationSeqAnswer> {
     return this.call("POST", `conversations/${enc(conversationId)}/members`, { user_ids: userIds });
   }
 
-  removeMember(conversationId: string, userId: string): Promise<{ conversation_seq: number }> {
+  removeMember(conversationId: string, userId: string): Promise<ConversationSeqAnswer> {
     return this.call("DELETE", `conversations/${enc(conversationId)}/members/${enc(userId)}`);
   }
 
@@ -104,7 +121,7 @@ export class RestClient {
     return this.call("POST", `rooms/${enc(roomId)}/promote`, memberUserIds ? { member_user_ids: memberUserIds } : {});
   }
 
-  moderationRecall(conversationId: string, conversationSeq: number): Promise<{ event_conversation_seq: number }> {
+  moderationRecall(conversationId: string, conversationSeq: number): Promise<EventSeqAnswer> {
     return this.call("POST", "moderation/recall", { conversation_id: conversationId, conversation_seq: conversationSeq });
   }
 

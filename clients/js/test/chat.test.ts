@@ -88,13 +88,13 @@ test("a SEND past per_user_msg_rate waits retry_after_ms and goes through, each 
   await b.connect();
   const seen = collect(b);
   let refusals = 0;
-  const sent = ["r1", "r2", "r3", "r4", "r5", "r6", "r7"];
+  const sent = Array.from({ length: 10 }, (_, i) => `r${i + 1}`);
   const acks = await Promise.all(
     sent.map((text) => a.messages.sendText(conversationId, text, { onRateLimited: () => refusals++, maxRateLimitRetries: 20 })),
   );
-  assert.ok(refusals > 0, "7 SENDs at once against a rate of 3/s must meet rate_limited");
-  assert.deepEqual(new Set(acks.map((ack) => ack.conversation_seq)).size, 7);
-  await waitFor(() => texts(seen, conversationId).length === 7, "7 events");
+  assert.ok(refusals > 0, "10 SENDs at once against a rate of 3/s must meet rate_limited");
+  assert.equal(new Set(acks.map((ack) => ack.conversation_seq)).size, 10);
+  await waitFor(() => texts(seen, conversationId).length === 10, "10 events");
   assert.deepEqual(new Set(texts(seen, conversationId)), new Set(sent));
 });
 
@@ -182,7 +182,7 @@ test("a dropped socket reconnects and SYNCs: nothing sent meanwhile is missed or
   assert.equal(new Set(seqs).size, seqs.length);
 });
 
-test("a new session resumes from the stored cursor: only what it has not seen", async () => {
+test("a new session resumes from the stored cursor, paging SYNC: only what it has not seen", async () => {
   const { alice, bob, conversationId } = await pair();
   const a = await alice.client();
   await a.connect();
@@ -195,7 +195,8 @@ test("a new session resumes from the stored cursor: only what it has not seen", 
   first.close();
   await a.messages.sendText(conversationId, "missed 1");
   await a.messages.sendText(conversationId, "missed 2");
-  const second = await bob.client("laptop", { cursorStore: store });
+  // One event per SYNC page: the catch-up has to follow has_more.
+  const second = await bob.client("laptop", { cursorStore: store, syncPageSize: 1 });
   const seenSecond = collect(second);
   const synced = second.mailbox.next("synced", 30_000);
   await second.connect();
@@ -203,21 +204,20 @@ test("a new session resumes from the stored cursor: only what it has not seen", 
   assert.deepEqual(texts(seenSecond, conversationId), ["missed 1", "missed 2"]);
 });
 
-test("a bad token is refused with 4401; a revoked one ends reconnecting instead of looping", async () => {
+test("a bad token is refused with 4401; a revoked one closes 4403 and ends reconnecting", async () => {
   const bad = new QimClient({ url: server.wsUrl, token: "no-such-token", deviceId: "phone", WebSocket });
   await assert.rejects(bad.connect(), (error: unknown) => error instanceof AuthError && error.closeCode === 4401);
 
   const carol = await server.persona("carol");
   const client = await carol.client("tablet");
   await client.connect();
-  const token = await carol.token("tablet");
-  server.sql(`DELETE FROM qim_devicetoken WHERE key = '${token}'`);
   const closed = client.connection.next("closed", 30_000);
-  client.connection.dropSocket();
+  await (await carol.rest("tablet")).logout();
   const final = await closed;
   assert.ok(final.error instanceof AuthError, String(final.error));
-  assert.equal(final.code, 4401);
+  assert.equal(final.code, 4403);
   assert.equal(client.connection.isClosed, true);
+  await assert.rejects(client.connect(), (error: unknown) => error instanceof AuthError && error.closeCode === 4401);
 });
 
 test("a SEND repeated with its client_msg_id gets the first ACK; a closed client rejects requests", async () => {
@@ -251,4 +251,50 @@ test("mailbox pushes: a duplicate is dropped, a gap triggers SYNC and ends (no e
   await waitFor(() => seen.length === 2, "the second event");
   assert.deepEqual(texts(seen, conversationId), ["one", "two"]);
   assert.equal(seen[1].mailbox_seq, seen[0].mailbox_seq + 1);
+});
+
+test("membership over REST reaches the added user; a read on one device syncs to the other", async () => {
+  const { alice, bob, conversationId } = await pair();
+  const carol = await server.persona("carol");
+  const carolClient = await carol.client();
+  const carolSeen = collect(carolClient);
+  await carolClient.connect();
+  const joined = await (await alice.rest()).addMembers(conversationId, [carol.userId]);
+  await waitFor(() => carolSeen.some((e) => e.control?.custom_type === "qim.membership.v1"), "carol's join event");
+  const join = carolSeen.find((e) => e.control?.custom_type === "qim.membership.v1");
+  assert.deepEqual(join?.control?.payload, { action: "join", user_ids: [carol.userId] });
+  assert.equal(join?.control?.conversation_seq, joined.conversation_seq);
+
+  const phone = await bob.client("phone");
+  const laptop = await bob.client("laptop");
+  const laptopSeen = collect(laptop);
+  await phone.connect();
+  await laptop.connect();
+  const a = await alice.client();
+  await a.connect();
+  const sent = await a.messages.sendText(conversationId, "read me");
+  await phone.messages.markRead(conversationId, sent.conversation_seq as number);
+  await waitFor(() => laptopSeen.some((e) => e.control?.custom_type === "qim.read.v1"), "the read event on the laptop");
+  const read = laptopSeen.find((e) => e.control?.custom_type === "qim.read.v1");
+  assert.equal(read?.control?.read_conversation_seq, sent.conversation_seq);
+  // Leaving from another device: the phone hears of it (the acting device would not).
+  await (await carol.rest("tablet")).removeMember(conversationId, carol.userId);
+  const actions = () => carolSeen.filter((e) => e.control?.custom_type === "qim.membership.v1").map((e) => (e.control?.payload as { action: string }).action);
+  await waitFor(() => actions().length === 2, "carol's leave event");
+  assert.deepEqual(actions(), ["join", "leave"]);
+});
+
+test("presence subscriptions are renewed after a reconnect", async () => {
+  const { alice, bob } = await pair();
+  const a = await alice.client();
+  await a.connect();
+  const b = await bob.client();
+  await b.connect();
+  await a.presence.subscribe([bob.userId]);
+  assert.equal(a.presence.isOnline(bob.userId), true);
+  const reconnected = a.connection.next("connected", 30_000);
+  a.connection.dropSocket();
+  await reconnected;
+  b.close();
+  await waitFor(() => a.presence.isOnline(bob.userId) === false, "bob offline, seen through the renewed subscription");
 });

@@ -8,7 +8,9 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import {
-  Backoff, epochOf, REST_PATHS, RestClient, type Call, type RoomEvent,
+  Backoff, epochOf, REST_PATHS, RestClient, type Call, type ConversationIdAnswer, type ConversationSeqAnswer,
+  type CustomMessageType, type EventSeqAnswer, type IceServer, type IceServers, type LoginAnswer, type RoomEvent,
+  type UserIdAnswer,
 } from "../src/index.js";
 import { QimServer, waitFor, type Persona } from "./server.js";
 
@@ -141,6 +143,11 @@ test("the registry follows REGISTRY_UPDATED; an unknown type renders as a placeh
   await waitFor(() => seenTracking.length === 1 && seenBlind.length === 1, "both devices' events");
   assert.deepEqual(seenTracking, [`custom:[poll by ${alice.userId}]`]);
   assert.deepEqual(seenBlind, [`placeholder:[poll by ${alice.userId}]`]);
+
+  const disabled = await admin.disableType(customType);
+  assert.equal(disabled.enabled, false);
+  await waitFor(() => tracking.registry.get(customType)?.enabled === false, "the disabled type refreshed");
+  assert.equal(tracking.registry.render(customType, {}, "[poll]").kind, "custom", "disabled types keep rendering");
 });
 
 test("RTC: invite, accept, hangup between two clients; the call record lands in HISTORY", async () => {
@@ -186,6 +193,31 @@ test("REST: every path the client calls is in /api/v1/schema/; errors carry {cod
   const served = new Set(Object.keys(schema.paths).map(shape));
   const missing = REST_PATHS.map(shape).filter((path) => !served.has(path));
   assert.deepEqual(missing, []);
+  // The hand-written answer types have exactly the schema's fields (tsc checks each list
+  // against its interface: a missing or extra key does not compile).
+  const tokenResponse: Record<keyof LoginAnswer, true> = { token: true, user_id: true };
+  const userId: Record<keyof UserIdAnswer, true> = { user_id: true };
+  const conversationId: Record<keyof ConversationIdAnswer, true> = { conversation_id: true };
+  const conversationSeq: Record<keyof ConversationSeqAnswer, true> = { conversation_seq: true };
+  const eventSeq: Record<keyof EventSeqAnswer, true> = { event_conversation_seq: true };
+  const iceServers: Record<keyof IceServers, true> = { ice_servers: true, ttl_s: true };
+  const iceServer: Record<keyof IceServer, true> = { urls: true, username: true, credential: true };
+  const customType: Record<keyof CustomMessageType, true> = {
+    custom_type: true, schema_version: true, delivery_class: true, counts_unread: true, affects_session_order: true,
+    timeline_visible: true, anchor_mode: true, preview_template: true, max_payload_bytes: true,
+    minimum_client_version: true, enabled: true, version: true,
+  };
+  const components = (schema as unknown as { components: { schemas: Record<string, { properties: object }> } }).components.schemas;
+  const ours: Record<string, object> = {
+    TokenResponse: tokenResponse, UserId: userId, ConversationId: conversationId, ConversationSeq: conversationSeq,
+    EventSeq: eventSeq, IceServers: iceServers, IceServer: iceServer, CustomMessageType: customType,
+  };
+  for (const [name, keys] of Object.entries(ours)) {
+    assert.deepEqual(Object.keys(components[name].properties).sort(), Object.keys(keys).sort(), name);
+  }
+  // DELETE registry/types/{custom_type} answers 200 with the disabled type (§13.3).
+  const deleteOp = (schema.paths["/api/v1/registry/types/{custom_type}"] as Record<string, { responses: object }>).delete;
+  assert.deepEqual(Object.keys(deleteOp.responses), ["200"]);
 
   const alice = await server.persona("alice");
   const rest = await alice.rest();
