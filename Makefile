@@ -8,7 +8,7 @@ DEMO_TENANT ?= demo
 DEMO_PASSWORD ?= demo-password
 DAPHNE_LIMITS := --websocket-max-message-size 1048576 --websocket-max-frame-size 1048576
 
-.PHONY: run test deps services bench clean
+.PHONY: run test deps services bench clean web
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,20 +18,31 @@ $(VENV)/.installed: requirements.txt
 
 deps: $(VENV)/.installed
 
+# The web client served at / (clients/web/dist): esbuild from clients/js's lockfile.
+web: deps
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null)
+	$(PY) clients/web/build.py
+
 # Serve the embedded default (SQLite under var/, in-process channel layer) on :8000.
-run: deps
+run: deps web
 	$(PY) manage.py migrate -v0
+	$(PY) manage.py collectstatic --noinput -v0
 	@$(PY) manage.py qim_bootstrap --tenant $(DEMO_TENANT) --admin admin --password $(DEMO_PASSWORD) \
 	  | tail -n 1 | sed 's/^/demo tenant (admin password $(DEMO_PASSWORD)): /'
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
 
 # Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
-# TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py).
+# TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py) and the web client;
+# Chromium for the browser tests (tests/browser: Playwright drives /usr/bin/chromium, no
+# browser download), with an emoji font so reactions render in its screenshots.
 services:
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null)
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null)
+	@test -x /usr/bin/chromium && test -d /usr/share/fonts/truetype/noto \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null)
 
 test: deps services
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -40,4 +51,4 @@ bench: deps services
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache clients/js/node_modules clients/js/dist clients/js/build
+	rm -rf $(VENV) var .pytest_cache clients/js/node_modules clients/js/dist clients/js/build clients/web/dist

@@ -6,6 +6,7 @@ import os
 import re
 import secrets
 import socket
+import warnings
 from pathlib import Path
 
 import environ
@@ -169,6 +170,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "qim",
     "rooms",
@@ -180,6 +182,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "qim.nul_guard.RefuseNulMiddleware",
+    # Static files (the admin's, the API docs', the web client's) from STATIC_ROOT: hashed
+    # names, gzip/brotli copies, far-future caching; placed before everything else that
+    # would spend a session or a database query on them (whitenoise's documented place).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -196,7 +202,8 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The web client's page (clients/web/templates/web/index.html) links its hashed files.
+        "DIRS": [BASE_DIR / "clients" / "web" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -297,6 +304,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Multi-tenant instant messaging: REST half of the contract (protocol.md §3).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from our own static files (drf-spectacular-sidecar): the docs page
+    # makes no request beyond this server.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # No validator badge: Swagger UI would fetch it from validator.swagger.io.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "qim.api_schema.add_error_responses",
@@ -309,7 +323,20 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# Where `manage.py collectstatic` writes and whitenoise serves from; every node needs its own
+# collected copy (or a shared one) before it starts (docs/operations.md).
+STATIC_ROOT = Path(env.str("QIM_STATIC_ROOT", default=str(VAR_DIR / "static")))
+# The web client's built files (clients/web/build.py), once built.
+WEB_CLIENT_DIST = BASE_DIR / "clients" / "web" / "dist"
+STATICFILES_DIRS = [("web", WEB_CLIENT_DIST)] if WEB_CLIENT_DIST.is_dir() else []
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed names (cached forever) and compressed copies, made by collectstatic.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+# Django's ASGI handler serves whitenoise's (sync) file responses through a thread and warns
+# about it on every first file; the files are small and this is the documented set-up.
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
 LOGGING = {
     "version": 1,

@@ -1,10 +1,11 @@
-"""HTTP routes: the REST API under /api/v1/ (no trailing slashes) and the admin."""
+"""HTTP routes: the REST API under /api/v1/ (no trailing slashes), the admin, and the web
+client's page at /."""
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
-from qim import api
+from qim import api, api_docs, web_client
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
@@ -25,12 +26,14 @@ api_v1 = [
     path("", include("rtc.urls")),
     path("", include("rooms.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("docs/", api_docs.swagger, name="docs"),
+    path("redoc/", api_docs.redoc, name="redoc"),
 ]
 
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    path("", web_client.index, name="web-client"),
 ]
 
 handler400 = "qim.api_errors.json_bad_request"

@@ -12,9 +12,9 @@ import pytest
 from pytest_redis import factories
 
 from tests.harness.qim_process import (
-
     QimDatabase,
     QimNode,
+    collect_static,
     last_json_line,
     make_pg_template,
     make_sqlite_template,
@@ -106,7 +106,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
 
 @pytest.fixture(scope="session")
 def work_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("qim")
+    """Every node's QIM_VAR_DIR, with the static files collected into it once."""
+    directory = tmp_path_factory.mktemp("qim")
+    collect_static(directory)
+    return directory
 
 
 @pytest.fixture(scope="session")

@@ -7,3 +7,8 @@ os.environ.setdefault("QIM_PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5Pa
 os.environ.setdefault("QIM_SECRET_KEY", "test-secret-key-not-for-production")
 
 from qim.settings import *  # noqa: E402,F401,F403
+
+# In-process tests render admin pages without a collectstatic run: plain (unhashed) storage.
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+# ... and serve none: whitenoise would warn, in every test, that STATIC_ROOT does not exist.
+MIDDLEWARE = [m for m in MIDDLEWARE if m != "whitenoise.middleware.WhiteNoiseMiddleware"]  # noqa: F405

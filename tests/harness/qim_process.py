@@ -93,6 +93,12 @@ class QimDatabase:
         return self.query(sql, params)[0][0]
 
 
+def collect_static(var_dir: Path) -> None:
+    """collectstatic into <var_dir>/static, the STATIC_ROOT of every node given that
+    QIM_VAR_DIR: whitenoise serves the admin's and the API docs' files from there."""
+    manage({"QIM_VAR_DIR": str(var_dir)}, "collectstatic", "--noinput", "-v0")
+
+
 def make_sqlite_template(directory: Path) -> Path:
     """Migrate one SQLite file once per session; each server starts from a copy of it."""
     path = directory / "template.sqlite3"
