@@ -4,6 +4,11 @@ seen live by the other; the screenshots for the README, one at phone width (390 
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
+
+import httpx
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import new_context, screenshot
@@ -13,6 +18,14 @@ from tests.conftest import QimDeployment
 
 def badge(page: Page, conversation_id: str):  # type: ignore[no-untyped-def]
     return page.locator(f".conversation-item[data-id='{conversation_id}'] .badge")
+
+
+def expect_status(status: int, request: Callable[[], httpx.Response], timeout: float = 10.0) -> None:
+    """The page's logout request is not awaited by the UI: poll until the server says so."""
+    deadline = time.monotonic() + timeout
+    while (code := request().status_code) != status and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert code == status, code
 
 
 def send(page: Page, text: str) -> None:
@@ -86,6 +99,13 @@ def test_two_people_chat_react_edit_and_recall_live(web: QimDeployment, browser:
     screenshot(b, "conversation-mobile")
     b.click("#conversation .back")
     expect(b.locator(".sidebar")).to_be_visible()
+
+    # Log out revokes the token on the server: a copy kept from the tab no longer works.
+    token = json.loads(a.evaluate("() => sessionStorage.getItem('qim.session')"))["token"]
+    assert httpx.get(f"{base}/api/v1/registry/types", headers={"Authorization": f"Token {token}"}).status_code == 200
+    a.click("#logout")
+    a.wait_for_selector("#login")
+    expect_status(401, lambda: httpx.get(f"{base}/api/v1/registry/types", headers={"Authorization": f"Token {token}"}))
 
     assert alice_log.foreign() == [] and bob_log.foreign() == [], (alice_log.foreign(), bob_log.foreign())
     alice_context.close()

@@ -62,7 +62,12 @@ function start() {
     showLogin(message);
   };
   client.connection.on("closed", (info) => logout(info?.error?.message || "signed out"));
-  new Chat(app, client, rest, session, () => logout("")).start();
+  // "Log out" revokes the token on the server (DELETE auth/token), so a copy of it is useless.
+  const signOut = () => {
+    rest.logout().catch(() => undefined);
+    logout("");
+  };
+  new Chat(app, client, rest, session, signOut).start();
 }
 
 start();
