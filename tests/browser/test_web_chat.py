@@ -110,3 +110,37 @@ def test_two_people_chat_react_edit_and_recall_live(web: QimDeployment, browser:
     assert alice_log.foreign() == [] and bob_log.foreign() == [], (alice_log.foreign(), bob_log.foreign())
     alice_context.close()
     bob_context.close()
+
+
+def test_a_member_added_in_the_ui_joins_the_group_and_is_heard(web: QimDeployment, browser: Browser) -> None:
+    acme, base = web.tenants["acme"], web.node.http_url
+    alice, bob, carol = acme.persona("alice"), acme.persona("bob"), acme.persona("carol")
+    alice_context, alice_log = new_context(browser)
+    carol_context, carol_log = new_context(browser)
+    a, c = alice_context.new_page(), carol_context.new_page()
+    log_in(a, base, alice)
+    a.fill("#new-group input[name=title]", "Plans")
+    a.fill("#new-group input[name=members]", bob.user_id)
+    a.click("#new-group button[type=submit]")
+    a.wait_for_selector("#conversation h2:text('Plans')")
+    group = a.locator(".conversation-item.selected").get_attribute("data-id")
+    send(a, "who else?")
+
+    # Someone who is not a user is refused in the form; Carol is added.
+    a.fill("#add-member", "nobody-at-all")
+    a.click("#add-member-form button[type=submit]")
+    expect(a.locator("#add-member:invalid")).to_have_count(1)
+    a.fill("#add-member", carol.user_id)
+    a.click("#add-member-form button[type=submit]")
+    expect(a.locator("#add-member")).to_have_value("")
+
+    # Carol finds the group in her list, reads from her join on, and is heard live by Alice.
+    log_in(c, base, carol)
+    open_conversation(c, group)
+    send(c, "me!")
+    expect(a.locator("#messages .message:not(.own) .text")).to_have_text("me!")
+    expect(c.locator("#messages .message .text", has_text="who else?")).to_have_count(0)
+
+    assert alice_log.foreign() == [] and carol_log.foreign() == [], (alice_log.foreign(), carol_log.foreign())
+    alice_context.close()
+    carol_context.close()

@@ -85,7 +85,7 @@ export class Chat {
     this.pane.className = "conversation";
     this.pane.replaceChildren(
       h("header", {}, h("button", { class: "back", onclick: () => this.close() }, "←"), h("h2", {}, item?.title || id),
-        this.callForm(id)),
+        item?.kind === "group" ? this.addMemberForm(id) : null, this.callForm(id)),
       this.older, this.timeline, this.typingLine, this.composer(id));
     await this.loadPage();
     await this.markRead();
@@ -107,10 +107,31 @@ export class Chat {
     this.refreshList();
   }
 
+  /** Add people to a group (POST conversations/{id}/members); their join shows in the timeline. */
+  addMemberForm(id) {
+    const input = h("input", { name: "member", id: "add-member", placeholder: "add member", required: true });
+    const form = h("form", { id: "add-member-form", class: "call-form" }, input, h("button", { type: "submit" }, "Add"));
+    // A refusal marks the field invalid, which would block the next submit: typing clears it.
+    input.addEventListener("input", () => input.setCustomValidity(""));
+    form.addEventListener("submit", async (submit) => {
+      submit.preventDefault();
+      const userIds = input.value.split(",").map((m) => m.trim()).filter(Boolean);
+      try {
+        await this.rest.addMembers(id, userIds);
+        input.value = "";
+      } catch (failure) {
+        input.setCustomValidity(failure.message);
+        input.reportValidity();
+      }
+    });
+    return form;
+  }
+
   /** Call a member: the last other sender is offered. */
   callForm(id) {
     const input = h("input", { name: "callee", id: "callee", placeholder: "user to call", required: true });
     const form = h("form", { id: "call-form", class: "call-form" }, input, h("button", { type: "submit" }, "Call"));
+    input.addEventListener("input", () => input.setCustomValidity(""));
     form.addEventListener("submit", (submit) => {
       submit.preventDefault();
       this.callPanel.invite(id, input.value.trim()).catch((failure) => { input.setCustomValidity(failure.message); input.reportValidity(); });
