@@ -10,7 +10,8 @@ import type { CustomMessageType } from "./types.js";
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
 // Answers, named after the schema's components (checked against /api/v1/schema/ by the tests).
-export interface LoginAnswer { token: string; user_id: string } // TokenResponse
+/** `expires_at_ms` is null unless the server sets QIM_TOKEN_TTL_S. */
+export interface LoginAnswer { token: string; user_id: string; expires_at_ms: number | null } // TokenResponse
 export interface UserIdAnswer { user_id: string } // UserId
 export interface ConversationIdAnswer { conversation_id: string } // ConversationId
 export interface ConversationSeqAnswer { conversation_seq: number } // ConversationSeq

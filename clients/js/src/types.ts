@@ -37,6 +37,10 @@ export interface Limits {
   rtc_ring_timeout_s: number;
   max_outbound_frame_bytes?: number;
   rtc_disconnect_grace_s?: number;
+  /** The inbound frame budget (protocol §3): past it, ERROR rate_limited; a flood closes 4430. */
+  inbound_frame_rate?: number;
+  inbound_frame_burst?: number;
+  max_inbound_frame_depth?: number;
   [name: string]: number | undefined;
 }
 
@@ -49,6 +53,8 @@ export interface AuthOk extends Frame {
   node_id: string;
   server_time_ms: number;
   registry_version: number;
+  /** When this session's token expires (null unless the server sets QIM_TOKEN_TTL_S). */
+  token_expires_at_ms?: number | null;
   limits: Limits;
 }
 
