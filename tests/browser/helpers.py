@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, Page
 
-from tests.harness.personas import PASSWORD, Persona
+from tests.browser.conftest import new_context
+from tests.harness.personas import PASSWORD, Persona, api_ok
 
 
 def log_in(page: Page, base_url: str, persona: Persona) -> None:
@@ -20,6 +23,28 @@ def log_in(page: Page, base_url: str, persona: Persona) -> None:
     page.fill("input[name=password]", PASSWORD)
     page.click("#login button[type=submit]")
     page.wait_for_selector("#connection:text('online')")
+
+
+@contextmanager
+def signed_in(browser: Browser, base_url: str, *personas: Persona) -> Iterator[list[Page]]:
+    """A browser context per persona, each logged in to the web client; on leaving, the
+    contexts close and none of them may have sent a request past 127.0.0.1."""
+    contexts = [new_context(browser) for _ in personas]
+    pages = [context.new_page() for context, _ in contexts]
+    for page, persona in zip(pages, personas):
+        log_in(page, base_url, persona)
+    yield pages
+    foreign = [log.foreign() for _, log in contexts]
+    for context, _ in contexts:
+        context.close()
+    assert foreign == [[] for _ in contexts], foreign
+
+
+def group_of(creator: Persona, *members: Persona, title: str) -> str:
+    """A group made over REST by `creator` with `members`; its conversation_id."""
+    return api_ok(creator.tenant.node, "POST", "conversations", creator.token(), json={
+        "kind": "group", "title": title, "member_user_ids": [m.user_id for m in members],
+    })["conversation_id"]
 
 
 def open_conversation(page: Page, conversation_id: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from playwright.sync_api import Browser, expect
 
 from tests.browser.conftest import new_context, screenshot
-from tests.browser.helpers import log_in, message, open_conversation, send_as
+from tests.browser.helpers import group_of, log_in, message, open_conversation, send_as
 from tests.conftest import QimDeployment
 from tests.harness.personas import api_ok
 from tests.harness.qim_process import manage
@@ -26,8 +26,7 @@ def test_operator_edits_a_registry_type_and_an_open_web_client_shows_the_new_pla
     api_ok(acme.node, "POST", "registry/types", acme.admin_token,
            json={"custom_type": "acme.poll.v1", "preview_template": "[poll by {sender_id}]"})
     alice, bob = acme.persona("alice"), acme.persona("bob")
-    group = api_ok(acme.node, "POST", "conversations", alice.token(),
-                   json={"kind": "group", "title": "polls", "member_user_ids": [bob.user_id]})["conversation_id"]
+    group = group_of(alice, bob, title="polls")
     seq = send_as(alice, group, "acme.poll.v1", {"question": "lunch?"})[0]["conversation_seq"]
 
     bob_context, bob_log = new_context(browser)

@@ -3,24 +3,23 @@ up, each outcome on both call panels and one call record per call in both timeli
 
 from __future__ import annotations
 
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import new_context, screenshot
-from tests.browser.helpers import call, call_panel, log_in, open_conversation
+from tests.browser.conftest import screenshot
+from tests.browser.helpers import call, call_panel, group_of, open_conversation, signed_in
 from tests.conftest import QimDeployment
-from tests.harness.personas import api_ok
+from tests.harness.personas import Persona
 
 
 def test_decline_cancel_accept_and_hang_up_with_call_records(web: QimDeployment, browser: Browser) -> None:
     acme, base = web.tenants["acme"], web.node.http_url
     alice, bob = acme.persona("alice"), acme.persona("bob")
-    group = api_ok(acme.node, "POST", "conversations", alice.token(),
-                   json={"kind": "group", "title": "calls", "member_user_ids": [bob.user_id]})["conversation_id"]
-    alice_context, alice_log = new_context(browser)
-    bob_context, bob_log = new_context(browser)
-    a, b = alice_context.new_page(), bob_context.new_page()
-    log_in(a, base, alice)
-    log_in(b, base, bob)
+    group = group_of(alice, bob, title="calls")
+    with signed_in(browser, base, alice, bob) as (a, b):
+        check_calls(a, b, alice, bob, group)
+
+
+def check_calls(a: Page, b: Page, alice: Persona, bob: Persona, group: str) -> None:
     open_conversation(a, group)
     open_conversation(b, group)
     records = "#messages .message .text:has-text('📞')"
@@ -53,6 +52,3 @@ def test_decline_cancel_accept_and_hang_up_with_call_records(web: QimDeployment,
     for page in (a, b):
         expect(page.locator(records)).to_have_count(3)
         expect(page.locator(records).nth(2)).to_contain_text("completed")
-    assert alice_log.foreign() == [] and bob_log.foreign() == []
-    alice_context.close()
-    bob_context.close()

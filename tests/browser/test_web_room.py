@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import new_context, screenshot
-from tests.browser.helpers import log_in
+from tests.browser.conftest import screenshot
+from tests.browser.helpers import signed_in
 from tests.conftest import QimDeployment
 from tests.harness.personas import api_ok
 
@@ -31,29 +31,22 @@ def test_a_room_survives_a_restart_and_shows_the_truncated_marker(web: QimDeploy
     alice, bob = acme.persona("alice"), acme.persona("bob")
     room = "lobby"
     api_ok(acme.node, "POST", "rooms", alice.token(), json={"room_id": room, "title": "Lobby"})
-    alice_context, alice_log = new_context(browser)
-    bob_context, bob_log = new_context(browser)
-    a, b = alice_context.new_page(), bob_context.new_page()
-    log_in(a, base, alice)
-    log_in(b, base, bob)
-    join(a, room)
-    join(b, room)
-    say(b, "before the restart")
-    expect(a.locator("#room-messages .message .text")).to_have_text(["before the restart"])
+    with signed_in(browser, base, alice, bob) as (a, b):
+        join(a, room)
+        join(b, room)
+        say(b, "before the restart")
+        expect(a.locator("#room-messages .message .text")).to_have_text(["before the restart"])
 
-    web.node.stop()
-    web.node.start()
+        web.node.stop()
+        web.node.start()
 
-    marker = a.locator("#room-messages .truncated")
-    expect(marker).to_contain_text("You missed messages", timeout=RECONNECT_TIMEOUT_MS)
-    expect(b.locator("#room-messages .truncated")).to_be_visible(timeout=RECONNECT_TIMEOUT_MS)
-    expect(b.locator("#connection")).to_have_text("online", timeout=RECONNECT_TIMEOUT_MS)
-    say(b, "after the restart")
-    expect(a.locator("#room-messages .message .text")).to_have_text(["before the restart", "after the restart"])
-    # The marker sits between what came before the restart and what came after.
-    items = a.locator("#room-messages > li")
-    expect(items.nth(1)).to_have_class("truncated")
-    screenshot(a, "room")
-    assert alice_log.foreign() == [] and bob_log.foreign() == []
-    alice_context.close()
-    bob_context.close()
+        marker = a.locator("#room-messages .truncated")
+        expect(marker).to_contain_text("You missed messages", timeout=RECONNECT_TIMEOUT_MS)
+        expect(b.locator("#room-messages .truncated")).to_be_visible(timeout=RECONNECT_TIMEOUT_MS)
+        expect(b.locator("#connection")).to_have_text("online", timeout=RECONNECT_TIMEOUT_MS)
+        say(b, "after the restart")
+        expect(a.locator("#room-messages .message .text")).to_have_text(["before the restart", "after the restart"])
+        # The marker sits between what came before the restart and what came after.
+        items = a.locator("#room-messages > li")
+        expect(items.nth(1)).to_have_class("truncated")
+        screenshot(a, "room")

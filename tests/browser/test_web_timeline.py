@@ -6,9 +6,8 @@ from __future__ import annotations
 from playwright.sync_api import Browser, expect
 
 from tests.browser.conftest import new_context
-from tests.browser.helpers import log_in, open_conversation, send_as
+from tests.browser.helpers import group_of, log_in, open_conversation, send_as
 from tests.conftest import QimDeployment
-from tests.harness.personas import api_ok
 
 PAGE = 30  # the client's HISTORY page size
 # 35 messages in a row from one script: above the production per-user rate.
@@ -18,8 +17,7 @@ WEB_ENV = {"QIM_PER_USER_MSG_RATE": "1000"}
 def test_history_pages_back_and_presence_dots_follow_the_sender(web: QimDeployment, browser: Browser) -> None:
     acme, base = web.tenants["acme"], web.node.http_url
     alice, bob = acme.persona("alice"), acme.persona("bob")
-    group = api_ok(acme.node, "POST", "conversations", alice.token(),
-                   json={"kind": "group", "title": "long", "member_user_ids": [bob.user_id]})["conversation_id"]
+    group = group_of(alice, bob, title="long")
     send_as(alice, group, "text", *({"text": f"m{n}"} for n in range(PAGE + 5)))
     bob_context, _ = new_context(browser)
     b = bob_context.new_page()
