@@ -30,6 +30,9 @@ run: deps web
 	$(PY) manage.py collectstatic --noinput -v0
 	@$(PY) manage.py qim_bootstrap --tenant $(DEMO_TENANT) --admin admin --password $(DEMO_PASSWORD) \
 	  | tail -n 1 | sed 's/^/demo tenant (admin password $(DEMO_PASSWORD)): /'
+	@$(PY) manage.py qim_populate --tenant $(DEMO_TENANT) --users 2 --password $(DEMO_PASSWORD) \
+	  --device-id demo --tokens-out var/demo-users.json >/dev/null \
+	  && echo "demo users u000001 and u000002 (password $(DEMO_PASSWORD)): chat with admin from a second window"
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
 
 # Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
