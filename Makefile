@@ -24,7 +24,8 @@ web: deps
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null)
 	$(PY) clients/web/build.py
 
-# Serve the embedded default (SQLite under var/, in-process channel layer) on :8000.
+# Serve the embedded default (SQLite under var/, in-process channel layer) on :8000. The web
+# client's origin is allowed on whatever HOST and PORT are given, unless QIM_ALLOWED_ORIGINS says.
 run: deps web
 	$(PY) manage.py migrate -v0
 	$(PY) manage.py collectstatic --noinput -v0
@@ -33,7 +34,8 @@ run: deps web
 	@$(PY) manage.py qim_populate --tenant $(DEMO_TENANT) --users 2 --password $(DEMO_PASSWORD) \
 	  --device-id demo --tokens-out var/demo-users.json >/dev/null \
 	  && echo "demo users u000001 and u000002 (password $(DEMO_PASSWORD)): chat with admin from a second window"
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
+	QIM_ALLOWED_ORIGINS="$${QIM_ALLOWED_ORIGINS:-http://$(HOST):$(PORT),http://localhost:$(PORT)}" \
+	  $(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
 
 # Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
 # TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py) and the web client;
