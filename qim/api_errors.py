@@ -61,17 +61,10 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
     if isinstance(exc, SuspiciousOperation):
         return _refused_request(exc)
     response = drf_exception_handler(exc, context)
-    if response is None and is_database_unavailable(exc):
-        logger.warning("%s: database unavailable (%s)", context.get("view"), str(exc).strip().splitlines()[0])
-        body = {"code": "unavailable", "message": UNAVAILABLE_MESSAGE, "retry_after_ms": RETRY_AFTER_MS}
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
-    if response is None and outage_of(exc) is not None:
-        logger.warning("%s refused: Redis unreachable (%s)", context.get("view"), outage_of(exc))
-        return Response(
-            {"code": "unavailable", "message": "Redis is unreachable; retry later", "retry_after_ms": RETRY_AFTER_MS},
-            status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
-        )
     if response is None:
+        unavailable = _unavailable(exc, context)
+        if unavailable is not None:
+            return unavailable
         logger.exception("unhandled error in %s", context.get("view"), exc_info=exc)
         return Response(
             {"code": "internal", "message": "internal server error"},
@@ -87,6 +80,24 @@ def exception_handler(exc, context):  # type: ignore[no-untyped-def]
         body["retry_after_ms"] = int(exc.wait * 1000)
     response.data = body
     return response
+
+
+def _unavailable(exc, context) -> Response | None:  # type: ignore[no-untyped-def]
+    """503 `unavailable` for an outage (the database away, Redis unreachable): not a bug, one
+    WARNING line, and the client retries after `retry_after_ms`; None for anything else."""
+    if is_database_unavailable(exc):
+        logger.warning("%s: database unavailable (%s)", context.get("view"), str(exc).strip().splitlines()[0])
+        message = UNAVAILABLE_MESSAGE
+    elif outage_of(exc) is not None:
+        logger.warning("%s refused: Redis unreachable (%s)", context.get("view"), outage_of(exc))
+        message = "Redis is unreachable; retry later"
+    else:
+        return None
+    return Response(
+        {"code": "unavailable", "message": message, "retry_after_ms": RETRY_AFTER_MS},
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(math.ceil(RETRY_AFTER_MS / 1000))},
+    )
 
 
 def _refused_request(exc: SuspiciousOperation) -> Response:

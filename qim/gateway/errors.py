@@ -30,8 +30,6 @@ ERROR_CODES = frozenset(
         "unavailable",
     }
 )
-# How long a client should wait before retrying a request refused for an outage.
-OUTAGE_RETRY_AFTER_MS = 1000
 
 
 def refusal_frame(refused: Refused, req_id: str | None) -> dict[str, Any]:
@@ -64,5 +62,5 @@ def unavailable_or_internal(error: BaseException, req_id: str | None) -> dict[st
 def outage_frame(req_id: str | None) -> dict[str, Any]:
     """The answer to a frame whose handler found Redis unreachable (qim/outage.py)."""
     return error_frame(
-        "unavailable", "Redis is unreachable; retry later", req_id, retry_after_ms=OUTAGE_RETRY_AFTER_MS
+        "unavailable", "Redis is unreachable; retry later", req_id, retry_after_ms=RETRY_AFTER_MS
     )
