@@ -18,6 +18,7 @@ from qim.gateway.node import get_node
 from qim.login_throttle import check_login_rate
 from qim.moderation import ModerationService, Moderator
 from qim.permissions import IsTenantAdmin
+from qim.push.web_subscription import canonical_subscription
 from qim.queries.conversations import access_conversation
 from qim.queries.identity import token_expires_at_ms
 from qim.serializers import (
@@ -144,7 +145,10 @@ class DevicePushView(APIView):
     @extend_schema(request=PushCredentialsSerializer, responses={200: dict})
     def post(self, request: Request, device_id: str) -> Response:
         data = valid(PushCredentialsSerializer, request)
-        do_set_push_credentials(request.user, device_id, data["platform"], data["push_token"], data["voip_token"])
+        push_token = data["push_token"]
+        if data["platform"] == "web":
+            push_token = canonical_subscription(data["subscription"])
+        do_set_push_credentials(request.user, device_id, data["platform"], push_token, data["voip_token"])
         return Response({"device_id": device_id, "platform": data["platform"]})
 
     @extend_schema(responses={204: None})

@@ -51,10 +51,35 @@ class ConversationSeqSerializer(serializers.Serializer):
     conversation_seq = serializers.IntegerField()
 
 
+class WebPushKeysSerializer(serializers.Serializer):
+    p256dh = serializers.CharField(max_length=128)
+    auth = serializers.CharField(max_length=64)
+
+
+class WebPushSubscriptionSerializer(serializers.Serializer):
+    """A browser's PushSubscription.toJSON(), as the Push API gives it."""
+
+    endpoint = serializers.CharField(max_length=1024)
+    keys = WebPushKeysSerializer()
+
+
 class PushCredentialsSerializer(serializers.Serializer):
-    platform = serializers.ChoiceField(choices=["ios", "android"])
-    push_token = serializers.CharField(max_length=512)
+    """ios/android: push_token (and voip_token for PushKit); web: the browser's subscription."""
+
+    platform = serializers.ChoiceField(choices=["ios", "android", "web"])
+    push_token = serializers.CharField(max_length=512, required=False, default="")
     voip_token = serializers.CharField(max_length=512, required=False, allow_blank=True, default="")
+    subscription = WebPushSubscriptionSerializer(required=False)
+
+    def validate(self, data: dict) -> dict:
+        if data["platform"] == "web":
+            if "subscription" not in data:
+                raise serializers.ValidationError({"subscription": "required for platform web"})
+            if data["voip_token"]:
+                raise serializers.ValidationError({"voip_token": "not for platform web"})
+        elif not data["push_token"]:
+            raise serializers.ValidationError({"push_token": "required for platform ios and android"})
+        return data
 
 
 class ModerationRecallSerializer(serializers.Serializer):

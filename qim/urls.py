@@ -25,6 +25,7 @@ api_v1 = [
     path("", include("registry.urls")),
     path("", include("rtc.urls")),
     path("", include("rooms.urls")),
+    path("", include("push_providers.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", api_docs.swagger, name="docs"),
     path("redoc/", api_docs.redoc, name="redoc"),

@@ -168,3 +168,13 @@ def do_clear_push_credentials(user: User, device_id: str) -> None:
     it, and its pending ones fail at the worker without a send. `not_found` as above."""
     if not Device.objects.filter(user=user, device_id=device_id).update(push_platform="", push_token="", voip_token=""):
         raise Refused("not_found", f"no device {device_id!r} of yours")
+
+
+def clear_rejected_push_token(device_pk: int, token: str) -> None:
+    """Forget a token (or Web Push subscription) a provider called unregistered or invalid,
+    but only while the device still holds that exact one: a device that registered a new
+    token meanwhile keeps it."""
+    if not token:
+        return
+    Device.objects.filter(pk=device_pk, push_token=token).update(push_token="")
+    Device.objects.filter(pk=device_pk, voip_token=token).update(voip_token="")

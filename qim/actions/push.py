@@ -91,9 +91,12 @@ def mark_sent(task: PushTask, now_ms: int) -> bool:
     return bool(updated)
 
 
-def record_failure(task: PushTask, error: str, *, permanent: bool, now_ms: int) -> str | None:
-    """Count a failed try and release the claim: the task goes back to pending with backoff,
-    or to failed when the error is permanent or attempts reach QIM_PUSH_MAX_ATTEMPTS.
+def record_failure(
+    task: PushTask, error: str, *, permanent: bool, now_ms: int, not_before_ms: int | None = None
+) -> str | None:
+    """Count a failed try and release the claim: the task goes back to pending with backoff
+    (and not before `not_before_ms`, a provider's Retry-After), or to failed when the error is
+    permanent or attempts reach QIM_PUSH_MAX_ATTEMPTS.
 
     Answers the new state, or None if the claim was lost meanwhile (nothing written).
     """
@@ -101,6 +104,8 @@ def record_failure(task: PushTask, error: str, *, permanent: bool, now_ms: int) 
     give_up = permanent or attempts >= settings.QIM_PUSH_MAX_ATTEMPTS
     state = PushTask.FAILED if give_up else PushTask.PENDING
     available_at_ms = task.available_at_ms if give_up else now_ms + retry_delay_ms(attempts)
+    if not give_up and not_before_ms is not None:
+        available_at_ms = max(available_at_ms, not_before_ms)
     error = error[:LAST_ERROR_MAX_CHARS]
     updated = PushTask.objects.filter(_claim_held(task)).update(
         state=state,

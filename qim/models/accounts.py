@@ -64,8 +64,10 @@ class Device(models.Model):
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="devices")
     device_id = models.CharField(max_length=64)
     # Push credentials (POST devices/{device_id}/push); a device without them gets no PushTask.
+    # push_platform is "ios", "android" or "web"; for "web", push_token holds the browser's
+    # PushSubscription as canonical JSON (qim/push/web_subscription.py), hence its length.
     push_platform = models.CharField(max_length=16, blank=True)
-    push_token = models.CharField(max_length=512, blank=True)
+    push_token = models.CharField(max_length=2048, blank=True)
     voip_token = models.CharField(max_length=512, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

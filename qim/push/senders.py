@@ -15,12 +15,27 @@ logger = logging.getLogger(__name__)
 
 
 class PushSendError(Exception):
-    """A send that did not go out. `permanent` means retrying cannot help (a token the
-    provider rejected as unregistered, a payload it refuses): the task fails at once."""
+    """A send that did not go out, and what the provider's answer means for the outbox.
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    `permanent`: retrying cannot help (a payload the provider refuses); the task fails at once.
+    `rejected_token`: the provider says this token (or Web Push subscription) is unregistered
+    or invalid; the worker clears it from the device, if it still holds it, and fails the task.
+    `retry_after_s`: the provider asked us to wait (429 or 503 with Retry-After); the retry is
+    due no earlier than that, even when the backoff would be sooner.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        permanent: bool = False,
+        rejected_token: str = "",
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.permanent = permanent or bool(rejected_token)
+        self.rejected_token = rejected_token
+        self.retry_after_s = retry_after_s
 
 
 class PushSender(Protocol):
@@ -50,6 +65,12 @@ class LogSender:
             task.kind,
             json.dumps(task.payload, sort_keys=True, separators=(",", ":")),
         )
+
+
+def request_timeout_s() -> float:
+    """How long one provider request may take: QIM_PUSH_REQUEST_TIMEOUT_S, but never past
+    40 % of the claim lease, so a send always ends within the half lease it started in."""
+    return min(settings.QIM_PUSH_REQUEST_TIMEOUT_S, settings.QIM_PUSH_LEASE_S * 0.4)
 
 
 def load_sender() -> PushSender:

@@ -28,6 +28,7 @@ from qim.actions.push import (
     record_failure,
     release_claims,
 )
+from qim.actions.accounts import clear_rejected_push_token
 from qim.push.senders import PushSender, PushSendError
 
 __all__ = ["Outcome", "Tally", "claim_tasks", "drain", "run_forever", "run_once", "send_claimed"]
@@ -91,17 +92,25 @@ def send_claimed(task: PushTask, sender: PushSender, now_ms: int) -> Outcome:
         return _settle_failure(task, NO_CREDENTIALS, permanent=True, now_ms=now_ms)
     try:
         sender.send(task, device)
-    except Exception as exc:  # any failure of the provider is the task's, not the worker's
-        permanent = isinstance(exc, PushSendError) and exc.permanent
-        return _settle_failure(task, f"{type(exc).__name__}: {exc}", permanent=permanent, now_ms=now_ms)
+    except PushSendError as exc:
+        if exc.rejected_token:
+            clear_rejected_push_token(device.pk, exc.rejected_token)
+        not_before_ms = now_ms + int(exc.retry_after_s * 1000) if exc.retry_after_s is not None else None
+        return _settle_failure(
+            task, f"PushSendError: {exc}", permanent=exc.permanent, now_ms=now_ms, not_before_ms=not_before_ms
+        )
+    except Exception as exc:  # any other failure of the provider is the task's, not the worker's
+        return _settle_failure(task, f"{type(exc).__name__}: {exc}", permanent=False, now_ms=now_ms)
     if mark_sent(task, now_ms):
         return Outcome.SENT
     logger.warning("push task %s: sent after its claim was taken over; it may go out twice", task.id)
     return Outcome.LOST
 
 
-def _settle_failure(task: PushTask, error: str, *, permanent: bool, now_ms: int) -> Outcome:
-    state = record_failure(task, error, permanent=permanent, now_ms=now_ms)
+def _settle_failure(
+    task: PushTask, error: str, *, permanent: bool, now_ms: int, not_before_ms: int | None = None
+) -> Outcome:
+    state = record_failure(task, error, permanent=permanent, now_ms=now_ms, not_before_ms=not_before_ms)
     if state is None:
         logger.warning("push task %s: failed after its claim was taken over: %s", task.id, error)
         return Outcome.LOST

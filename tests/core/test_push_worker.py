@@ -340,9 +340,11 @@ def test_the_command_drains_once_and_prints_json(
     assert lines[0]["payload"] == {"title": "alice", "body": "hi", "badge": 1}
 
 
-def test_load_sender_defaults_to_the_log_sender(alice_phone: Device, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_default_sender_logs_like_log_sender_when_no_provider_is_configured(
+    alice_phone: Device, caplog: pytest.LogCaptureFixture
+) -> None:
     sender = load_sender()
-    assert isinstance(sender, LogSender)
+    assert type(sender).__name__ == "ProviderSender"
     make_task(alice_phone)
     with caplog.at_level(logging.INFO, logger="qim.push.senders"):
         assert run_once("w1", sender, clock=clock_at(T0)) == 1

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PushProvidersConfig(AppConfig):
+    name = "push_providers"
+    verbose_name = "Push providers"

@@ -1,0 +1,137 @@
+"""Which credentials a push uses: the tenant's own (TenantPushConfig) when complete, else the
+global ones from settings, else none (that provider is not configured for the tenant)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from django.conf import settings
+
+from push_providers.models import TenantPushConfig
+
+
+@dataclass(frozen=True)
+class ApnsCredentials:
+    key_pem: str  # the .p8 signing key (ES256), PEM
+    key_id: str
+    team_id: str
+    bundle_id: str
+    environment: str  # "production" or "sandbox"
+
+
+@dataclass(frozen=True)
+class FcmCredentials:
+    service_account: dict  # the JSON Google issues; project_id, client_email, private_key, token_uri
+
+    @property
+    def project_id(self) -> str:
+        return self.service_account["project_id"]
+
+
+@dataclass(frozen=True)
+class VapidCredentials:
+    private_key_pem: str  # P-256, PEM (PKCS#8)
+    subject: str  # mailto: or https:
+
+    def public_key_b64url(self) -> str:
+        """The uncompressed public point, base64url without padding: applicationServerKey."""
+        return public_key_b64url(self.private_key_pem)
+
+
+@dataclass(frozen=True)
+class TenantCredentials:
+    apns: ApnsCredentials | None
+    fcm: FcmCredentials | None
+    vapid: VapidCredentials | None
+
+
+def credentials_for(tenant_id: int) -> TenantCredentials:
+    """Each provider's credentials for one tenant: the tenant's own when complete, else the
+    global ones, else None."""
+    config = TenantPushConfig.objects.filter(tenant_id=tenant_id).first()
+    return TenantCredentials(
+        apns=_tenant_apns(config) or global_apns(),
+        fcm=_tenant_fcm(config) or global_fcm(),
+        vapid=_tenant_vapid(config) or global_vapid(),
+    )
+
+
+def _tenant_apns(config: TenantPushConfig | None) -> ApnsCredentials | None:
+    if config is None or not (config.apns_key_pem and config.apns_key_id and config.apns_team_id and config.apns_bundle_id):
+        return None
+    return ApnsCredentials(
+        config.apns_key_pem, config.apns_key_id, config.apns_team_id, config.apns_bundle_id, config.apns_environment
+    )
+
+
+def _tenant_fcm(config: TenantPushConfig | None) -> FcmCredentials | None:
+    if config is None or not config.fcm_service_account_json:
+        return None
+    return FcmCredentials(json.loads(config.fcm_service_account_json))
+
+
+def _tenant_vapid(config: TenantPushConfig | None) -> VapidCredentials | None:
+    if config is None or not config.vapid_private_key_pem:
+        return None
+    return VapidCredentials(config.vapid_private_key_pem, config.vapid_subject or settings.QIM_VAPID_SUBJECT)
+
+
+def global_apns() -> ApnsCredentials | None:
+    if not (settings.QIM_APNS_KEY_FILE and settings.QIM_APNS_KEY_ID and settings.QIM_APNS_TEAM_ID and settings.QIM_APNS_BUNDLE_ID):
+        return None
+    return ApnsCredentials(
+        Path(settings.QIM_APNS_KEY_FILE).read_text(),
+        settings.QIM_APNS_KEY_ID,
+        settings.QIM_APNS_TEAM_ID,
+        settings.QIM_APNS_BUNDLE_ID,
+        settings.QIM_APNS_ENVIRONMENT,
+    )
+
+
+def global_fcm() -> FcmCredentials | None:
+    if not settings.QIM_FCM_SERVICE_ACCOUNT_FILE:
+        return None
+    return FcmCredentials(json.loads(Path(settings.QIM_FCM_SERVICE_ACCOUNT_FILE).read_text()))
+
+
+def global_vapid() -> VapidCredentials | None:
+    if not settings.QIM_VAPID_PRIVATE_KEY:
+        return None
+    return VapidCredentials(vapid_key_pem(settings.QIM_VAPID_PRIVATE_KEY), settings.QIM_VAPID_SUBJECT)
+
+
+def vapid_key_pem(value: str) -> str:
+    """A P-256 private key given as PEM, or as base64url of the raw 32-byte scalar or of DER,
+    as PKCS#8 PEM."""
+    value = value.strip()
+    if value.startswith("-----BEGIN"):
+        key = serialization.load_pem_private_key(value.encode(), password=None)
+    else:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        if len(raw) == 32:
+            key = ec.derive_private_key(int.from_bytes(raw, "big"), ec.SECP256R1())
+        else:
+            key = serialization.load_der_private_key(raw, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise ValueError("a VAPID key must be a P-256 (secp256r1) private key")
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+def new_vapid_key_pem() -> str:
+    """A fresh P-256 private key, PKCS#8 PEM."""
+    return ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+def public_key_b64url(private_key_pem: str) -> str:
+    key = serialization.load_pem_private_key(private_key_pem.encode(), password=None)
+    point = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()
