@@ -7,8 +7,13 @@ PORT ?= 8000
 DEMO_TENANT ?= demo
 DEMO_PASSWORD ?= demo-password
 DAPHNE_LIMITS := --websocket-max-message-size 1048576 --websocket-max-frame-size 1048576
+# Web Push for the embedded setup: QIM_VAPID_PRIVATE_KEY when set, else a key generated once
+# into var/ (qim_vapid_key keeps an existing file); the contact defaults to mailto:admin@localhost.
+VAPID_KEY_FILE := var/vapid-private.pem
+VAPID_ENV := QIM_VAPID_PRIVATE_KEY="$${QIM_VAPID_PRIVATE_KEY:-$$(cat $(VAPID_KEY_FILE))}" \
+  QIM_VAPID_SUBJECT="$${QIM_VAPID_SUBJECT:-mailto:admin@localhost}"
 
-.PHONY: run test deps services bench clean web
+.PHONY: run worker test deps services bench clean web
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +39,14 @@ run: deps web
 	@$(PY) manage.py qim_populate --tenant $(DEMO_TENANT) --users 2 --password $(DEMO_PASSWORD) \
 	  --device-id demo --tokens-out var/demo-users.json >/dev/null \
 	  && echo "demo users u000001 and u000002 (password $(DEMO_PASSWORD)): chat with admin from a second window"
+	@[ -n "$${QIM_VAPID_PRIVATE_KEY}" ] || $(PY) manage.py qim_vapid_key --out $(VAPID_KEY_FILE) >/dev/null
 	QIM_ALLOWED_ORIGINS="$${QIM_ALLOWED_ORIGINS:-http://$(HOST):$(PORT),http://localhost:$(PORT)}" \
-	  $(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
+	  $(VAPID_ENV) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
+
+# The push worker beside `make run` (a second terminal), with the same VAPID key.
+worker: deps
+	@[ -n "$${QIM_VAPID_PRIVATE_KEY}" ] || $(PY) manage.py qim_vapid_key --out $(VAPID_KEY_FILE) >/dev/null
+	$(VAPID_ENV) $(PY) manage.py qim_push_worker
 
 # Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
 # TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py) and the web client;

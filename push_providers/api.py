@@ -1,15 +1,36 @@
-"""Push providers over REST: the VAPID public key browsers subscribe with."""
+"""Push providers over REST: the VAPID public key browsers subscribe with, and each tenant's
+own provider credentials (tenant admins; secrets are write-only)."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from qim.api import valid
 from qim.errors import Refused
+from qim.permissions import IsTenantAdmin
+from push_providers import validation
+from push_providers.actions import (
+    PROVIDERS,
+    do_clear_provider,
+    do_generate_vapid,
+    do_set_apns,
+    do_set_fcm,
+    do_set_vapid,
+)
 from push_providers.credentials import credentials_for
+from push_providers.queries import credentials_summary
+from push_providers.serializers import (
+    ApnsCredentialsSerializer,
+    CredentialsSummarySerializer,
+    FcmCredentialsSerializer,
+    GenerateVapidSerializer,
+    WebCredentialsSerializer,
+)
 
 
 class VapidPublicKeyView(APIView):
@@ -22,3 +43,69 @@ class VapidPublicKeyView(APIView):
         if vapid is None:
             raise Refused("not_found", "Web Push is not configured on this server")
         return Response({"public_key": vapid.public_key_b64url()})
+
+
+def summary(request: Request) -> Response:
+    return Response(credentials_summary(request.user.tenant_id))
+
+
+class PushCredentialsView(APIView):
+    """What the caller's tenant pushes with: each provider's ids and public parts and whether
+    they are the tenant's own or the global ones; never a secret."""
+
+    permission_classes = [IsTenantAdmin]
+
+    @extend_schema(responses=CredentialsSummarySerializer)
+    def get(self, request: Request) -> Response:
+        return summary(request)
+
+
+class PushProviderCredentialsView(APIView):
+    """PUT sets the tenant's own credentials of one provider (checked before they are
+    stored); DELETE forgets them, so the global ones apply again. Both answer the summary."""
+
+    permission_classes = [IsTenantAdmin]
+
+    @extend_schema(request=ApnsCredentialsSerializer, responses=CredentialsSummarySerializer)
+    def put(self, request: Request, provider: str) -> Response:
+        tenant = request.user.tenant
+        if provider == "apns":
+            values = validation.check_apns(valid(ApnsCredentialsSerializer, request))
+            with transaction.atomic():
+                do_set_apns(tenant, values)
+        elif provider == "fcm":
+            account = validation.check_service_account(valid(FcmCredentialsSerializer, request)["service_account"])
+            with transaction.atomic():
+                do_set_fcm(tenant, account)
+        elif provider == "web":
+            data = valid(WebCredentialsSerializer, request)
+            key = validation.check_vapid_key(data["private_key"]) if "private_key" in data else None
+            subject = validation.check_subject(data["subject"])
+            with transaction.atomic():
+                do_set_vapid(tenant, key, subject)
+        else:
+            raise Refused("not_found", f"no push provider {provider!r} ({', '.join(PROVIDERS)})")
+        return summary(request)
+
+    @extend_schema(responses=CredentialsSummarySerializer)
+    def delete(self, request: Request, provider: str) -> Response:
+        with transaction.atomic():
+            do_clear_provider(request.user.tenant, provider)
+        return summary(request)
+
+
+class GenerateVapidView(APIView):
+    """A new VAPID key pair for the tenant; answers its public key (applicationServerKey).
+    Browsers subscribed with the previous key must subscribe again."""
+
+    permission_classes = [IsTenantAdmin]
+
+    @extend_schema(
+        request=GenerateVapidSerializer,
+        responses={201: inline_serializer("GeneratedVapidKey", {"public_key": serializers.CharField()})},
+    )
+    def post(self, request: Request) -> Response:
+        subject = validation.check_subject(valid(GenerateVapidSerializer, request)["subject"])
+        with transaction.atomic():
+            public_key = do_generate_vapid(request.user.tenant, subject)
+        return Response({"public_key": public_key}, status=status.HTTP_201_CREATED)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,18 +53,57 @@ class TenantCredentials:
     vapid: VapidCredentials | None
 
 
+class CredentialsCache:
+    """Resolved credentials per tenant for QIM_PUSH_CREDENTIALS_CACHE_S, so a worker does not
+    read the tenant's row and parse keys for every push. A change made in this process
+    (REST, admin) forgets the tenant at once; other processes see it within the TTL."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.entries: dict[int, tuple[float, TenantCredentials]] = {}
+        self.lock = threading.Lock()
+
+    def get(self, tenant_id: int, resolve: Callable[[int], TenantCredentials]) -> TenantCredentials:
+        ttl = settings.QIM_PUSH_CREDENTIALS_CACHE_S
+        if ttl <= 0:
+            return resolve(tenant_id)
+        now = self.clock()
+        with self.lock:
+            hit = self.entries.get(tenant_id)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        resolved = resolve(tenant_id)
+        with self.lock:
+            self.entries[tenant_id] = (now + ttl, resolved)
+        return resolved
+
+    def forget(self, tenant_id: int | None = None) -> None:
+        with self.lock:
+            if tenant_id is None:
+                self.entries.clear()
+            else:
+                self.entries.pop(tenant_id, None)
+
+
+cache = CredentialsCache()
+
+
 def credentials_for(tenant_id: int) -> TenantCredentials:
     """Each provider's credentials for one tenant: the tenant's own when complete, else the
-    global ones, else None."""
+    global ones, else None (cached for QIM_PUSH_CREDENTIALS_CACHE_S)."""
+    return cache.get(tenant_id, resolve_credentials)
+
+
+def resolve_credentials(tenant_id: int) -> TenantCredentials:
     config = TenantPushConfig.objects.filter(tenant_id=tenant_id).first()
     return TenantCredentials(
-        apns=_tenant_apns(config) or global_apns(),
-        fcm=_tenant_fcm(config) or global_fcm(),
-        vapid=_tenant_vapid(config) or global_vapid(),
+        apns=tenant_apns(config) or global_apns(),
+        fcm=tenant_fcm(config) or global_fcm(),
+        vapid=tenant_vapid(config) or global_vapid(),
     )
 
 
-def _tenant_apns(config: TenantPushConfig | None) -> ApnsCredentials | None:
+def tenant_apns(config: TenantPushConfig | None) -> ApnsCredentials | None:
     if config is None or not (config.apns_key_pem and config.apns_key_id and config.apns_team_id and config.apns_bundle_id):
         return None
     return ApnsCredentials(
@@ -69,13 +111,13 @@ def _tenant_apns(config: TenantPushConfig | None) -> ApnsCredentials | None:
     )
 
 
-def _tenant_fcm(config: TenantPushConfig | None) -> FcmCredentials | None:
+def tenant_fcm(config: TenantPushConfig | None) -> FcmCredentials | None:
     if config is None or not config.fcm_service_account_json:
         return None
     return FcmCredentials(json.loads(config.fcm_service_account_json))
 
 
-def _tenant_vapid(config: TenantPushConfig | None) -> VapidCredentials | None:
+def tenant_vapid(config: TenantPushConfig | None) -> VapidCredentials | None:
     if config is None or not config.vapid_private_key_pem:
         return None
     return VapidCredentials(config.vapid_private_key_pem, config.vapid_subject or settings.QIM_VAPID_SUBJECT)

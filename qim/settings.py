@@ -156,6 +156,17 @@ QIM_WEB_PUSH_ENDPOINT_HOSTS = env.list(
 )
 # Tests only: let Web Push endpoints be plain http (a local stand-in).
 QIM_WEB_PUSH_ALLOW_HTTP = env.bool("QIM_WEB_PUSH_ALLOW_HTTP", default=False)
+# Hosts a tenant's FCM service account may name as its token_uri (the server POSTs a signed
+# assertion there: an SSRF door otherwise); https only. Global service accounts are the
+# operator's own file and are not checked.
+QIM_FCM_TOKEN_URI_HOSTS = env.list("QIM_FCM_TOKEN_URI_HOSTS", default=["oauth2.googleapis.com"])
+# Tests only: let a tenant's provider URLs (the FCM token_uri) be plain http (a local stand-in).
+QIM_PUSH_ALLOW_HTTP_PROVIDERS = env.bool("QIM_PUSH_ALLOW_HTTP_PROVIDERS", default=False)
+# How long one process reuses a tenant's resolved credentials (push_providers/credentials.py);
+# a change made over REST or in the admin reaches running workers within this. 0: no cache.
+QIM_PUSH_CREDENTIALS_CACHE_S = env.float("QIM_PUSH_CREDENTIALS_CACHE_S", default=5.0)
+# How often a worker in forever mode logs its per-provider counters (one INFO line of JSON).
+QIM_PUSH_STATS_INTERVAL_S = env.float("QIM_PUSH_STATS_INTERVAL_S", default=60.0)
 # How long a finished (sent or failed) task stays in the outbox for operators before a worker
 # deletes it; 0 keeps every task forever.
 QIM_PUSH_TASK_RETENTION_S = env.float("QIM_PUSH_TASK_RETENTION_S", default=7 * 24 * 3600.0)

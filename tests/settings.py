@@ -5,6 +5,9 @@ import os
 # Hundreds of users per run: PBKDF2 at production strength would take minutes.
 os.environ.setdefault("QIM_PASSWORD_HASHERS", "django.contrib.auth.hashers.MD5PasswordHasher")
 os.environ.setdefault("QIM_SECRET_KEY", "test-secret-key-not-for-production")
+# Tenant ids come back after a test's rollback: a cached tenant's push credentials would leak
+# into the next test (push_providers/credentials.py; tests of the cache set it themselves).
+os.environ.setdefault("QIM_PUSH_CREDENTIALS_CACHE_S", "0")
 
 from qim.settings import *  # noqa: E402,F401,F403
 

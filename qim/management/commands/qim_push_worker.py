@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from qim.models import PushTask
 from qim.push.senders import load_sender
 from qim.push.worker import drain, run_forever
 
+logger = logging.getLogger(__name__)
 WORKER_ID_MAX = PushTask._meta.get_field("claimed_by").max_length or 64
 
 
@@ -37,10 +40,37 @@ def stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
+@contextmanager
+def logging_stats(worker_id: str, report: Callable[[], dict] | None, interval_s: float) -> Iterator[None]:
+    """Log the sender's per-provider counters as one INFO line of JSON every `interval_s`
+    and once at exit (nothing when the sender keeps none)."""
+    if report is None:
+        yield
+        return
+    done = threading.Event()
+
+    def log_line() -> None:
+        line = {"event": "push_worker_stats", "worker_id": worker_id, "providers": report()}
+        logger.info("%s", json.dumps(line, sort_keys=True))
+
+    def loop() -> None:
+        while not done.wait(max(interval_s, 0.01)):
+            log_line()
+
+    thread = threading.Thread(target=loop, name="push-stats", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        log_line()
+
+
 class Command(BaseCommand):
     help = (
         "Send pending offline pushes through settings.QIM_PUSH_SENDER. Runs until SIGTERM/SIGINT; "
-        "with --once, drains what is due and prints one JSON line {sent, failed, retried}."
+        "with --once, drains what is due and prints one JSON line {sent, failed, retried, providers}."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
@@ -62,9 +92,16 @@ class Command(BaseCommand):
         if len(worker_id) > WORKER_ID_MAX:
             raise CommandError(f"--worker-id is longer than {WORKER_ID_MAX} characters")
         sender = load_sender()
+        # A sender that counts per provider (push_providers' ProviderSender) says so by a
+        # report(); the core names no provider.
+        providers = getattr(sender, "report", None)
         with stop_on_signals() as stop:
             if options["once"]:
                 tally = drain(worker_id, sender, options["batch"], options["horizon"], stop_event=stop)
             else:
-                tally = run_forever(worker_id, sender, options["idle_sleep"], stop, options["batch"])
-        self.stdout.write(json.dumps(tally.report()))
+                with logging_stats(worker_id, providers, settings.QIM_PUSH_STATS_INTERVAL_S):
+                    tally = run_forever(worker_id, sender, options["idle_sleep"], stop, options["batch"])
+        result: dict[str, object] = dict(tally.report())
+        if providers is not None:
+            result["providers"] = providers()
+        self.stdout.write(json.dumps(result))
