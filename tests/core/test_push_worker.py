@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ from django.test import override_settings
 from qim.actions.accounts import do_create_user, do_issue_token
 from qim.models import Device, PushTask, Tenant
 from qim.actions.push import MAX_RETRY_DELAY_MS, next_claimable_ms, prune_finished, retry_delay_ms
-from qim.push.senders import LogSender, PushSendError, load_sender
+from qim.push.senders import LogSender, PushSendError, load_sender, request_timeout_s
 from qim.push.worker import (
     NO_CREDENTIALS,
     Outcome,
@@ -353,3 +355,178 @@ def test_the_default_sender_logs_like_log_sender_when_no_provider_is_configured(
         'push tenant=acme user=alice device=phone platform=apns kind=message '
         'payload={"badge":1,"body":"hi","title":"alice"}'
     )
+
+
+# What a provider's answer does to the outbox (PushSendError's rejected_token and retry_after_s).
+
+
+@dataclass
+class AnsweringSender:
+    """Raises `error` on every send, after running `during_send` (a device re-registering)."""
+
+    error: PushSendError
+    during_send: Callable[[Device], None] | None = None
+    sent: int = 0
+
+    def send(self, task: PushTask, device: Device) -> None:
+        self.sent += 1
+        if self.during_send is not None:
+            self.during_send(device)
+        raise self.error
+
+
+def test_a_rejected_token_is_cleared_and_its_task_fails(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    alice_phone.voip_token = "voip-token-alice"
+    alice_phone.save()
+    sender = AnsweringSender(PushSendError("410 Unregistered", rejected_token="apns-token-alice"))
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    task.refresh_from_db()
+    alice_phone.refresh_from_db()
+    assert (task.state, task.attempts, task.last_error) == (PushTask.FAILED, 1, "PushSendError: 410 Unregistered")
+    assert (alice_phone.push_platform, alice_phone.push_token, alice_phone.voip_token) == ("apns", "", "voip-token-alice")
+
+
+def test_a_rejected_voip_token_clears_only_the_voip_token(alice_phone: Device) -> None:
+    alice_phone.voip_token = "voip-token-alice"
+    alice_phone.save()
+    make_task(alice_phone, kind=PushTask.VOIP)
+    sender = AnsweringSender(PushSendError("400 BadDeviceToken", rejected_token="voip-token-alice"))
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    alice_phone.refresh_from_db()
+    assert (alice_phone.push_token, alice_phone.voip_token) == ("apns-token-alice", "")
+
+
+def test_a_device_that_registered_a_new_token_meanwhile_keeps_it(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    later = make_task(alice_phone)
+
+    def re_register(device: Device) -> None:  # the app got a fresh token while the push was out
+        Device.objects.filter(pk=device.pk).update(push_token="apns-token-alice-new")
+
+    sender = AnsweringSender(PushSendError("410 Unregistered", rejected_token="apns-token-alice"), re_register)
+    [claimed] = claim_tasks("w1", 1, T0)
+    assert send_claimed(claimed, sender, T0) is Outcome.FAILED
+    alice_phone.refresh_from_db()
+    task.refresh_from_db()
+    assert alice_phone.push_token == "apns-token-alice-new"
+    assert task.state == PushTask.FAILED
+    # The next task goes to the new token.
+    recorder = RecordingSender()
+    assert run_once("w1", recorder, clock=clock_at(T0)) == 1
+    assert recorder.sent == [(later.id, "phone", 0)]
+
+
+def test_a_web_push_subscription_rejected_is_cleared_too(bob_laptop: Device) -> None:
+    subscription = '{"endpoint":"https://fcm.googleapis.com/fcm/send/x","keys":{"p256dh":"B","auth":"a"}}'
+    bob_laptop.push_platform, bob_laptop.push_token = "web", subscription
+    bob_laptop.save()
+    task = make_task(bob_laptop)
+    assert run_once("w1", AnsweringSender(PushSendError("410 Gone", rejected_token=subscription)), clock=clock_at(T0)) == 1
+    bob_laptop.refresh_from_db()
+    task.refresh_from_db()
+    assert (bob_laptop.push_token, task.state) == ("", PushTask.FAILED)
+
+
+def test_retry_after_holds_the_task_back_even_when_the_backoff_is_shorter(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    sender = AnsweringSender(PushSendError("429 TooManyRequests", retry_after_s=60))
+    assert run_once("w1", sender, clock=clock_at(T0)) == 1
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.available_at_ms) == (PushTask.PENDING, 1, T0 + 60_000)
+    assert run_once("w1", sender, clock=clock_at(T0 + BASE_MS)) == 0  # the backoff alone would be due
+    assert run_once("w1", sender, clock=clock_at(T0 + 59_999)) == 0
+    assert sender.sent == 1
+    assert [t.id for t in claim_tasks("w1", 10, T0 + 60_000)] == [task.id]
+
+
+def test_a_retry_after_shorter_than_the_backoff_does_not_bring_the_retry_forward(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    assert run_once("w1", AnsweringSender(PushSendError("503", retry_after_s=0.5)), clock=clock_at(T0)) == 1
+    task.refresh_from_db()
+    assert (task.state, task.available_at_ms) == (PushTask.PENDING, T0 + BASE_MS)
+
+
+@override_settings(QIM_PUSH_MAX_ATTEMPTS=1)
+def test_retry_after_on_the_last_attempt_still_fails_the_task(alice_phone: Device) -> None:
+    task = make_task(alice_phone)
+    assert run_once("w1", AnsweringSender(PushSendError("429", retry_after_s=60)), clock=clock_at(T0)) == 1
+    task.refresh_from_db()
+    assert (task.state, task.available_at_ms) == (PushTask.FAILED, T0)
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "lease_s", "expected"), [(10.0, 30.0, 10.0), (20.0, 30.0, 12.0), (5.0, 4.0, 1.6), (0.5, 30.0, 0.5)]
+)
+def test_a_provider_request_may_take_at_most_40_percent_of_the_lease(
+    timeout_s: float, lease_s: float, expected: float
+) -> None:
+    with override_settings(QIM_PUSH_REQUEST_TIMEOUT_S=timeout_s, QIM_PUSH_LEASE_S=lease_s):
+        assert request_timeout_s() == pytest.approx(expected)
+        assert request_timeout_s() < lease_s / 2  # a send ends within the half lease it started in
+
+
+def test_the_command_reports_the_default_senders_counters_per_provider(
+    alice_phone: Device, bob_laptop: Device, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_task(alice_phone, at_ms=0)
+    make_task(bob_laptop, at_ms=0)  # no credentials: failed by the worker, not the provider
+    call_command("qim_push_worker", "--once", "--worker-id", "cmd")
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {k: report[k] for k in ("sent", "failed", "retried")} == {"sent": 1, "failed": 1, "retried": 0}
+    # No provider is configured here: the push was logged, and counted under "log".
+    assert set(report["providers"]) == {"log"}
+    assert {k: report["providers"]["log"][k] for k in ("sent", "failed", "retried")} == {
+        "sent": 1, "failed": 0, "retried": 0}
+    assert report["providers"]["log"]["latency_ms_max"] >= report["providers"]["log"]["latency_ms_mean"] >= 0
+
+
+class StatsThenStopSender:
+    """Sends once per task; after its first send, waits for the worker's periodic stats line,
+    then asks the worker to stop as SIGTERM would."""
+
+    seen_stats = threading.Event()
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def send(self, task: PushTask, device: Device) -> None:
+        self.sent += 1
+        assert self.seen_stats.wait(120), "no periodic stats line was logged"
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def report(self) -> dict[str, dict[str, int]]:
+        return {"fake": {"sent": self.sent, "failed": 0, "retried": 0}}
+
+
+class StatsLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[dict] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = json.loads(record.getMessage())
+        self.lines.append(line)
+        if line["providers"]["fake"]["sent"] >= 1:
+            StatsThenStopSender.seen_stats.set()
+
+
+def test_forever_mode_logs_the_counters_periodically_and_at_exit(
+    alice_phone: Device, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_task(alice_phone, at_ms=0)
+    handler = StatsLines()
+    command_logger = logging.getLogger("qim.management.commands.qim_push_worker")
+    command_logger.addHandler(handler)
+    StatsThenStopSender.seen_stats.clear()
+    try:
+        with override_settings(QIM_PUSH_SENDER=f"{__name__}.StatsThenStopSender", QIM_PUSH_STATS_INTERVAL_S=0.05):
+            call_command("qim_push_worker", "--worker-id", "forever", "--idle-sleep", "0.05")
+    finally:
+        command_logger.removeHandler(handler)
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report == {"sent": 1, "failed": 0, "retried": 0, "providers": {"fake": {"sent": 1, "failed": 0, "retried": 0}}}
+    assert len(handler.lines) >= 2  # at least one periodic line, and the one at exit
+    assert {line["event"] for line in handler.lines} == {"push_worker_stats"}
+    assert {line["worker_id"] for line in handler.lines} == {"forever"}
+    assert handler.lines[-1]["providers"] == report["providers"]
