@@ -15,7 +15,6 @@ from qim.errors import Refused
 from qim.permissions import IsTenantAdmin
 from push_providers import validation
 from push_providers.actions import (
-    PROVIDERS,
     do_clear_provider,
     do_generate_vapid,
     do_set_apns,
@@ -60,37 +59,53 @@ class PushCredentialsView(APIView):
         return summary(request)
 
 
-class PushProviderCredentialsView(APIView):
-    """PUT sets the tenant's own credentials of one provider (checked before they are
-    stored); DELETE forgets them, so the global ones apply again. Both answer the summary."""
+class ProviderCredentialsView(APIView):
+    """One provider's credentials of the caller's tenant: PUT (in each subclass) checks and
+    stores the tenant's own; DELETE forgets them, so the global ones apply again. Both answer
+    the summary."""
 
     permission_classes = [IsTenantAdmin]
-
-    @extend_schema(request=ApnsCredentialsSerializer, responses=CredentialsSummarySerializer)
-    def put(self, request: Request, provider: str) -> Response:
-        tenant = request.user.tenant
-        if provider == "apns":
-            values = validation.check_apns(valid(ApnsCredentialsSerializer, request))
-            with transaction.atomic():
-                do_set_apns(tenant, values)
-        elif provider == "fcm":
-            account = validation.check_service_account(valid(FcmCredentialsSerializer, request)["service_account"])
-            with transaction.atomic():
-                do_set_fcm(tenant, account)
-        elif provider == "web":
-            data = valid(WebCredentialsSerializer, request)
-            key = validation.check_vapid_key(data["private_key"]) if "private_key" in data else None
-            subject = validation.check_subject(data["subject"])
-            with transaction.atomic():
-                do_set_vapid(tenant, key, subject)
-        else:
-            raise Refused("not_found", f"no push provider {provider!r} ({', '.join(PROVIDERS)})")
-        return summary(request)
+    provider = ""
 
     @extend_schema(responses=CredentialsSummarySerializer)
-    def delete(self, request: Request, provider: str) -> Response:
+    def delete(self, request: Request) -> Response:
         with transaction.atomic():
-            do_clear_provider(request.user.tenant, provider)
+            do_clear_provider(request.user.tenant, self.provider)
+        return summary(request)
+
+
+class ApnsCredentialsView(ProviderCredentialsView):
+    provider = "apns"
+
+    @extend_schema(request=ApnsCredentialsSerializer, responses=CredentialsSummarySerializer)
+    def put(self, request: Request) -> Response:
+        values = validation.check_apns(valid(ApnsCredentialsSerializer, request))
+        with transaction.atomic():
+            do_set_apns(request.user.tenant, values)
+        return summary(request)
+
+
+class FcmCredentialsView(ProviderCredentialsView):
+    provider = "fcm"
+
+    @extend_schema(request=FcmCredentialsSerializer, responses=CredentialsSummarySerializer)
+    def put(self, request: Request) -> Response:
+        account = validation.check_service_account(valid(FcmCredentialsSerializer, request)["service_account"])
+        with transaction.atomic():
+            do_set_fcm(request.user.tenant, account)
+        return summary(request)
+
+
+class WebCredentialsView(ProviderCredentialsView):
+    provider = "web"
+
+    @extend_schema(request=WebCredentialsSerializer, responses=CredentialsSummarySerializer)
+    def put(self, request: Request) -> Response:
+        data = valid(WebCredentialsSerializer, request)
+        key = validation.check_vapid_key(data["private_key"]) if "private_key" in data else None
+        subject = validation.check_subject(data["subject"])
+        with transaction.atomic():
+            do_set_vapid(request.user.tenant, key, subject)
         return summary(request)
 
 

@@ -12,6 +12,7 @@ import json
 import re
 from urllib.parse import urlsplit
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from django.conf import settings
@@ -40,7 +41,7 @@ def load_private_key(text: str, what: str):  # type: ignore[no-untyped-def]
     try:
         der = base64.b64decode(re.sub(r"\s+", "", body), validate=True)
         return serialization.load_der_private_key(der, password=None)
-    except (binascii.Error, ValueError, TypeError):
+    except (binascii.Error, ValueError, TypeError, UnsupportedAlgorithm):
         raise Refused("bad_request", f"{what} is not a PEM private key without a password") from None
 
 
@@ -128,7 +129,7 @@ def check_vapid_key(value: str) -> str:
         if "-----BEGIN" in value:  # PEM, maybe with its line breaks lost in a password field
             return vapid_key_pem(pkcs8_pem(load_private_key(value, "private_key")))
         return vapid_key_pem(value)
-    except (binascii.Error, ValueError, TypeError, AttributeError):
+    except (binascii.Error, ValueError, TypeError, AttributeError, UnsupportedAlgorithm):
         raise Refused("bad_request", "private_key must be a P-256 private key, PEM or base64url") from None
 
 
