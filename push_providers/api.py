@@ -67,7 +67,7 @@ class ProviderCredentialsView(APIView):
     permission_classes = [IsTenantAdmin]
     provider = ""
 
-    @extend_schema(responses=CredentialsSummarySerializer)
+    @extend_schema(responses={200: CredentialsSummarySerializer})  # DELETE would default to 204
     def delete(self, request: Request) -> Response:
         with transaction.atomic():
             do_clear_provider(request.user.tenant, self.provider)
