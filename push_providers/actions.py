@@ -37,6 +37,13 @@ def do_save_config(config: TenantPushConfig) -> TenantPushConfig:
     return config
 
 
+def do_delete_configs(configs: list[TenantPushConfig]) -> None:
+    """Delete tenants' configs (the admin): they fall back to the global credentials."""
+    tenant_ids = [config.tenant_id for config in configs]
+    TenantPushConfig.objects.filter(pk__in=[config.pk for config in configs]).delete()
+    transaction.on_commit(lambda: [cache.forget(tenant_id) for tenant_id in tenant_ids])
+
+
 def _update(tenant: Tenant, fields: dict[str, str]) -> TenantPushConfig:
     config, _ = TenantPushConfig.objects.select_for_update().get_or_create(tenant=tenant)
     for name, value in fields.items():

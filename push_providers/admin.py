@@ -10,7 +10,7 @@ from django.db import transaction
 
 from qim.errors import Refused
 from push_providers import validation
-from push_providers.actions import default_vapid_subject, do_generate_vapid, do_save_config
+from push_providers.actions import default_vapid_subject, do_delete_configs, do_generate_vapid, do_save_config
 from push_providers.credentials import tenant_apns, tenant_fcm, tenant_vapid
 from push_providers.models import TenantPushConfig
 
@@ -95,8 +95,18 @@ class TenantPushConfigAdmin(admin.ModelAdmin):
     ]
     actions = ["generate_vapid_key_pair"]
 
+    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+        # A config belongs to its tenant for good: moving it would hand one tenant's keys to another.
+        return [*self.readonly_fields, "tenant"] if obj is not None else self.readonly_fields
+
     def save_model(self, request, obj, form, change) -> None:  # type: ignore[no-untyped-def]
         do_save_config(obj)
+
+    def delete_model(self, request, obj) -> None:  # type: ignore[no-untyped-def]
+        do_delete_configs([obj])
+
+    def delete_queryset(self, request, queryset) -> None:  # type: ignore[no-untyped-def]
+        do_delete_configs(list(queryset))
 
     @admin.action(description="Generate a new VAPID key pair (browsers must subscribe again)", permissions=["change"])
     def generate_vapid_key_pair(self, request, queryset) -> None:  # type: ignore[no-untyped-def]

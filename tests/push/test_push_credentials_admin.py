@@ -117,3 +117,19 @@ def test_the_generate_action_makes_a_new_vapid_key_pair(operator_client: Client,
     assert_hidden(html, config.vapid_private_key_pem)
     assert other.vapid_private_key_pem == before  # globex's row was not selected
     assert config.vapid_subject == "mailto:ops@example.com"
+
+
+def test_the_tenant_of_a_config_is_fixed_and_deleting_falls_back(operator_client: Client, secrets: dict[str, str]) -> None:
+    acme = do_bootstrap_tenant("acme", "boss", "pw").tenant
+    globex = do_bootstrap_tenant("globex", "boss", "pw").tenant
+    config = add_full_config(operator_client, acme.pk, secrets)
+    page = operator_client.post(change_url(config), form(globex.pk, apns_key_id="ABC123DEFG", apns_team_id="TEAM123456",
+                                                         apns_bundle_id="com.example.qim"))
+    assert page.status_code == 302, page.content.decode()[:3000]
+    config.refresh_from_db()
+    assert config.tenant_id == acme.pk  # the posted tenant was ignored
+    assert credentials_for(globex.pk).apns is None
+    page = operator_client.post(f"/admin/push_providers/tenantpushconfig/{config.pk}/delete/", {"post": "yes"})
+    assert page.status_code == 302
+    assert not TenantPushConfig.objects.filter(pk=config.pk).exists()
+    assert credentials_for(acme.pk) == credentials_for(globex.pk)  # both on the (empty) global ones
