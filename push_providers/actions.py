@@ -17,7 +17,6 @@ from qim.models import Tenant
 from push_providers.credentials import cache, new_vapid_key_pem, public_key_b64url
 from push_providers.models import TenantPushConfig
 
-PROVIDERS = ("apns", "fcm", "web")
 # Each provider's fields of TenantPushConfig, with their cleared values.
 CLEARED = {
     "apns": {"apns_key_pem": "", "apns_key_id": "", "apns_team_id": "", "apns_bundle_id": "",
