@@ -14,10 +14,12 @@ from urllib.parse import urlsplit
 
 from py_vapid import Vapid02
 
+from qim.push.senders import PushSendError
 from push_providers.credentials import VapidCredentials
 
 JWT_LIFETIME_S = 12 * 3600
 RENEW_BEFORE_S = 3600
+SUBJECT_SCHEMES = ("mailto:", "https:")  # RFC 8292 §2.1
 
 
 def audience_of(endpoint: str) -> str:
@@ -43,8 +45,13 @@ class VapidJwtCache:
             cached = self._headers.get(key)
         if cached is not None and cached[1] - now > RENEW_BEFORE_S:
             return cached[0]
+        if not credentials.subject.startswith(SUBJECT_SCHEMES):
+            raise PushSendError("web push: the VAPID subject must be a mailto: or https: URL", permanent=True)
         expires = int(now) + JWT_LIFETIME_S
         signer = Vapid02.from_pem(credentials.private_key_pem.encode())
+        # py-vapid's own check takes https: subjects without a path only (not RFC 8292's
+        # "https: URI"); ours above is the RFC's.
+        signer.conf["no-strict"] = True
         header = signer.sign({"aud": audience, "sub": credentials.subject, "exp": expires})["Authorization"]
         with self._lock:
             self._headers[key] = (header, expires)

@@ -291,3 +291,22 @@ def test_an_unreachable_push_service_is_retried_without_its_url_in_the_error(acm
 
 def _b64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def test_a_subject_that_is_no_mailto_or_https_url_fails_the_push_for_good(acme: Tenant, push: WebPushStandIn) -> None:
+    device, name = browser_device(acme, push)
+    task = message_task(device)
+    with override_settings(QIM_VAPID_SUBJECT="ops@example.com"):
+        assert run(ProviderSender()) == 1
+    task.refresh_from_db()
+    assert task.state == PushTask.FAILED and "VAPID subject must be a mailto: or https: URL" in task.last_error
+    assert push.received(name, None) == []
+
+
+def test_an_https_subject_with_a_path_is_signed(acme: Tenant, push: WebPushStandIn) -> None:
+    """py-vapid alone refuses it; RFC 8292 allows any https: URI."""
+    device, name = browser_device(acme, push)
+    message_task(device)
+    with override_settings(QIM_VAPID_SUBJECT="https://ops.example.com/push-contact"):
+        assert run(ProviderSender()) == 1
+    assert push.wait_received(name, 1)[0].claims["sub"] == "https://ops.example.com/push-contact"
