@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.harness.personas import Persona, api, api_ok
 from tests.harness.push_standins.webpush import WebPushStandIn, running_webpush_standin
 from tests.harness.qim_process import REPO, process_env
 from tests.harness.tls import make_tls_files
+from tests.rtc import rtc_helpers
 
 VAPID_KEY = new_vapid_key_pem()
 SUBJECT = "https://ops.example.com/contact"
@@ -61,9 +63,15 @@ def worker(webpush_node: QimDeployment) -> Iterator[subprocess.Popen[str]]:
         [sys.executable, str(REPO / "manage.py"), "qim_push_worker", "--idle-sleep", "0.05"],
         env=process_env(webpush_node.env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    yield process
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=60)
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
     assert json.loads(stdout.strip().splitlines()[-1])["failed"] == 0
@@ -152,3 +160,25 @@ async def test_an_e2ee_conversation_pushes_only_the_placeholder(acme, push: WebP
     assert got.payload["preview"] == "[message]" and got.payload["conversation_seq"] == ack["conversation_seq"]
     assert "ciphertext" not in json.dumps(got.payload)
 
+
+
+async def test_a_call_to_an_offline_browser_rings_with_the_deadline(  # type: ignore[no-untyped-def]
+    acme, push: WebPushStandIn, worker, webpush_node: QimDeployment
+) -> None:
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    assert subscribe(bob, "laptop", push.subscribe(f"{bob.user_id}-call")).status_code == 200
+    conversation = rtc_helpers.direct(alice, bob)
+    a = await alice.connect()
+    call = rtc_helpers.new_call_id()
+    invited_ms = time.time() * 1000
+    ack = await rtc_helpers.signal(a, conversation, bob, call, "invite")
+    assert ack["pushed"] is True
+    [got] = await pushed(push, f"{bob.user_id}-call", webpush_node)
+    assert got.payload == {
+        "type": "rtc.invite", "call_id": call, "conversation_id": conversation, "caller_id": alice.user_id,
+        "ring_deadline_ms": ack["ring_deadline_ms"],
+    }
+    assert got.headers["urgency"] == "high" and "topic" not in got.headers
+    # The TTL is the time left to the deadline when the worker sent it: at most that at the invite.
+    assert 0 < int(got.headers["ttl"]) <= (ack["ring_deadline_ms"] - invited_ms) / 1000 + 1
+    await rtc_helpers.signal(a, conversation, bob, call, "cancel")
