@@ -17,9 +17,15 @@ _bundles: dict[str, str] = {}
 
 
 class ProviderSession(requests.Session):
-    """A Session whose own `verify` wins over REQUESTS_CA_BUNDLE: plain requests lets that
-    variable replace a session's CA file, so QIM_PUSH_CA_FILE would be ignored wherever it
-    is set (Debian images set it). Proxies from the environment still apply."""
+    """A Session that follows no redirect (the SSRF allow-list checked the endpoint, not where
+    it points to), and whose own `verify` wins over REQUESTS_CA_BUNDLE: plain requests lets
+    that variable replace a session's CA file, so QIM_PUSH_CA_FILE would be ignored wherever
+    it is set (Debian images set it). Proxies from the environment still apply."""
+
+    def request(self, method, url, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # A push endpoint passed the allow-list; where it redirects did not: never follow.
+        kwargs["allow_redirects"] = False
+        return super().request(method, url, *args, **kwargs)
 
     def merge_environment_settings(self, url, proxies, stream, verify, cert):  # type: ignore[no-untyped-def]
         return super().merge_environment_settings(url, proxies, stream, self.verify if verify is None else verify, cert)

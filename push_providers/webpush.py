@@ -10,7 +10,8 @@ what the outbox does:
 - 429 and 5xx: transient, retried with backoff and not before the Retry-After.
 - 401/403 saying the JWT expired: the JWT is signed anew and the push sent once more, within
   the same send and the same request time budget; not a failure.
-- 400, 401, 403, 413 and any other answer: permanent. The same bytes with the same key get
+- 400, 401, 403, 413 and any other answer, a redirect included (never followed: the
+  allow-list vetted the endpoint, not its target): permanent. The same bytes with the same key get
   the same answer (a malformed request, a VAPID key that is not the one the browser
   subscribed with, a body too large), so a retry only delays the failure; the subscription
   is kept, since an operator who fixes the key makes it work again.

@@ -20,6 +20,7 @@ from qim.push.web_subscription import canonical_subscription
 from qim.push.worker import Outcome, claim_tasks, run_once, send_claimed
 from push_providers.credentials import VapidCredentials, new_vapid_key_pem
 from push_providers.dispatch import ProviderSender
+from push_providers.retry_after import retry_after_s
 from push_providers.vapid_jwt import JWT_LIFETIME_S, VapidJwtCache
 from push_providers.webpush import MAX_BODY_BYTES, MAX_PLAINTEXT_BYTES, MESSAGE_TTL_S
 from tests.harness.push_standins.webpush import Answer, WebPushStandIn, running_webpush_standin
@@ -310,3 +311,29 @@ def test_an_https_subject_with_a_path_is_signed(acme: Tenant, push: WebPushStand
     with override_settings(QIM_VAPID_SUBJECT="https://ops.example.com/push-contact"):
         assert run(ProviderSender()) == 1
     assert push.wait_received(name, 1)[0].claims["sub"] == "https://ops.example.com/push-contact"
+
+
+def test_a_redirect_is_not_followed(acme: Tenant, push: WebPushStandIn) -> None:
+    """The allow-list vetted the endpoint, not where it points: a 307 fails the push for good."""
+    device, name = browser_device(acme, push)
+    trap = push.subscribe(f"{name}-trap")["endpoint"]
+    push.script(name, Answer(307, location=trap))
+    task = message_task(device)
+    assert run(ProviderSender()) == 1
+    task.refresh_from_db()
+    assert task.state == PushTask.FAILED and "web push: 307" in task.last_error
+    assert push.received(f"{name}-trap", None) == []
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    (None, None), ("120", 120.0), ("0", 0.0), ("999999", 3600.0), ("soon", None), ("-5", None),
+    ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date in the past: now
+])
+def test_retry_after_reads_seconds_and_dates(header: str | None, expected: float | None) -> None:
+    assert retry_after_s(header, time.time()) == expected
+
+
+def test_retry_after_reads_a_future_date() -> None:
+    now = 1_800_000_000.0
+    header = format_datetime(datetime.fromtimestamp(now + 90, UTC), usegmt=True)
+    assert retry_after_s(header, now) == 90.0

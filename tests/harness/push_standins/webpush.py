@@ -18,6 +18,7 @@ Script the answers of one subscription, in order (the default after the script i
     push.script("bob-laptop", Answer(410))                         # unsubscribed
     push.script("bob-laptop", Answer(429, retry_after="120"))      # throttled
     push.script("bob-laptop", Answer(503), Answer(201))            # a server error, then fine
+    push.script("bob-laptop", Answer(307, location=url))           # a redirect
     push.expire_jwt_once("bob-laptop")   # 403 "VAPID JWT expired" to the next request, and to
                                          # any later one that carries that same JWT
 
@@ -68,6 +69,7 @@ class Answer:
     status: int
     retry_after: str | None = None
     body: str = ""
+    location: str | None = None  # a redirect's target
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,8 @@ class WebPushStandIn:
                     self.refusals.append((name, str(exc)))
         self._record(Received(name, answer.status, headers, claims, payload, len(plaintext), len(body), time.time()))
         extra = {"retry-after": answer.retry_after} if answer.retry_after is not None else {}
+        if answer.location is not None:
+            extra["location"] = answer.location
         if answer.status in (200, 201, 202):
             extra["location"] = f"{self.base_url}/message/{len(self.requests)}"
         return answer.status, extra, answer.body
