@@ -124,8 +124,10 @@ class WebPushSender:
 
 def conversation_topic(credentials: VapidCredentials, conversation_id: object) -> str:
     """The Topic that makes a push service keep only the latest undelivered push of one
-    conversation: an HMAC of its id under the VAPID key, so the service learns no ids."""
-    digest = hmac.new(credentials.private_key_pem.encode(), str(conversation_id).encode(), hashlib.sha256).digest()
+    conversation: an HMAC of its id, so the service learns no ids, under a key derived from
+    the VAPID key (not the signing key itself: one key, one use)."""
+    topic_key = hashlib.sha256(b"qim web push topic\0" + credentials.private_key_pem.encode()).digest()
+    digest = hmac.new(topic_key, str(conversation_id).encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()[:TOPIC_CHARS]
 
 
