@@ -106,6 +106,8 @@ def keys() -> dict[str, str]:
     "https://evil.com/?https://a.push.example.net/",
     "https://a.push.example.net@evil.com/x",      # userinfo
     "file:///etc/passwd",
+    "https://127.0.0.1\t/push/x",                # urlsplit drops the tab; urllib3 would refuse it
+    "https://10.0.0.7\\.a.push.example.net/x",     # urllib3 would connect to 10.0.0.7
 ])
 async def test_subscriptions_outside_the_allow_list_are_refused(acme, endpoint: str) -> None:  # type: ignore[no-untyped-def]
     bob = acme.persona("bob")
