@@ -30,6 +30,7 @@ SCRIPTS = {
     "reaction_storm": (360, 120),
     "send_fanout": (180, 120),
     "connections": (240, 120),
+    "push_senders": (300, 150),
 }
 
 

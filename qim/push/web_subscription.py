@@ -12,15 +12,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
 
 from qim.errors import Refused
 
 ENDPOINT_MAX_CHARS = 1024
 P256_POINT_BYTES = 65
 AUTH_SECRET_BYTES = 16
+HOST_CHARS = re.compile(r"[a-z0-9.:-]+")  # DNS names, IPv4, IPv6 (urlsplit drops its brackets)
 
 
 def canonical_subscription(subscription: object) -> str:
@@ -43,6 +47,10 @@ def check_endpoint(endpoint: str) -> None:
     """`bad_request` unless the endpoint is an allowed push service's URL."""
     if len(endpoint) > ENDPOINT_MAX_CHARS:
         raise Refused("bad_request", f"subscription endpoint is longer than {ENDPOINT_MAX_CHARS} characters")
+    # urlsplit drops tabs and newlines that urllib3 then refuses: printable ASCII only, so
+    # the URL checked here is the URL the worker fetches.
+    if not endpoint.isascii() or not endpoint.isprintable() or " " in endpoint:
+        raise Refused("bad_request", "subscription endpoint must be printable ASCII without spaces")
     try:
         parts = urlsplit(endpoint)
         host = (parts.hostname or "").lower()
@@ -54,8 +62,22 @@ def check_endpoint(endpoint: str) -> None:
         raise Refused("bad_request", "subscription endpoint must be an https URL")
     if parts.username or parts.password or not host:
         raise Refused("bad_request", "subscription endpoint must be a plain https URL of a push service")
+    # The host the worker's HTTP client (urllib3) will connect to must be the one checked
+    # here: `https://10.0.0.7\.push.apple.com/` is host "10.0.0.7\.push.apple.com" to urlsplit
+    # (allowed by *.push.apple.com) but 10.0.0.7 to urllib3. Hostname characters only, and
+    # both parsers agreeing.
+    if not HOST_CHARS.fullmatch(host) or _urllib3_host(endpoint) != host:
+        raise Refused("bad_request", "subscription endpoint host is not a plain host name")
     if not any(host_matches(host, pattern) for pattern in settings.QIM_WEB_PUSH_ENDPOINT_HOSTS):
         raise Refused("bad_request", f"subscription endpoint host {host!r} is not an allowed push service")
+
+
+def _urllib3_host(endpoint: str) -> str | None:
+    try:
+        host = parse_url(endpoint).host
+    except LocationParseError:
+        return None
+    return (host or "").lower().strip("[]")
 
 
 def host_matches(host: str, pattern: str) -> bool:
