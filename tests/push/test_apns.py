@@ -22,6 +22,7 @@ from qim.push.worker import Outcome, claim_tasks, send_claimed
 from push_providers.apns import ProviderTokens, TOKEN_RENEW_AFTER_S, endpoint_for, retry_after_s
 from push_providers.credentials import ApnsCredentials
 from push_providers.dispatch import ProviderSender
+from push_providers.models import TenantPushConfig
 from tests.harness.asgi_server import serving
 from tests.harness.push_standins.apns import Answer, ApnsStandIn, new_signing_key
 from tests.harness.tls import make_tls_files
@@ -297,3 +298,15 @@ def test_renewal_waits_50_minutes() -> None:
     renewed = tokens.get(credentials)
     assert renewed != first
     assert jwt.decode(renewed, options={"verify_signature": False}) == {"iss": TEAM_ID, "iat": int(now["s"])}
+
+
+def test_a_tenants_own_credentials_win_over_the_global_ones(  # type: ignore[no-untyped-def]
+    apns: ApnsStandIn, sender: ProviderSender, phone: Device, apns_key: tuple[Path, str], settings,
+) -> None:
+    settings.QIM_APNS_BUNDLE_ID = "com.example.someone-else"  # the global topic would be refused
+    TenantPushConfig.objects.create(
+        tenant=phone.user.tenant, apns_key_pem=apns_key[0].read_text(), apns_key_id=KEY_ID,
+        apns_team_id=TEAM_ID, apns_bundle_id=BUNDLE, apns_environment="sandbox",
+    )
+    assert run(message_task(phone), sender)[0] is Outcome.SENT
+    assert apns.seen[0].headers["apns-topic"] == BUNDLE
