@@ -61,15 +61,21 @@ def register_iphone(persona: Persona, device_id: str) -> tuple[str, str]:
     return push_token, voip_token
 
 
-def run_worker(deployment: QimDeployment) -> dict:
-    """`manage.py qim_push_worker --once` with the deployment's environment; its report."""
+def run_worker(deployment: QimDeployment) -> tuple[dict, str]:
+    """`manage.py qim_push_worker --once` with the deployment's environment, logging at
+    DEBUG: its report and its whole output (to look for secrets in)."""
     done = subprocess.run(
         [sys.executable, str(REPO / "manage.py"), "qim_push_worker", "--once"],
-        env=process_env(deployment.env), cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=process_env({**deployment.env, "QIM_LOG_LEVEL": "DEBUG"}), cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
-    return last_json_line(done.stdout)
+    return last_json_line(done.stdout), done.stdout + done.stderr
+
+
+def assert_not_logged(log: str, *secrets_: str) -> None:
+    """Device tokens and the provider JWT are credentials: never in a log line."""
+    assert [s for s in secrets_ if s in log] == [], "a secret was logged"
 
 
 def pending_tasks(deployment: QimDeployment, persona: Persona, kind: str) -> int:
@@ -88,7 +94,7 @@ async def test_an_rtc_invite_to_an_offline_iphone_rings_it_by_voip_push(
 ) -> None:
     standin = apns_standin[0]
     alice, bob = tenant.persona("alice"), tenant.persona("bob")
-    _, voip_token = register_iphone(bob, "iphone")
+    push_token, voip_token = register_iphone(bob, "iphone")
     conversation = direct(alice, bob)
     a = await alice.connect()
     call = new_call_id()
@@ -96,8 +102,10 @@ async def test_an_rtc_invite_to_an_offline_iphone_rings_it_by_voip_push(
     assert (ack["delivered_connections"], ack["pushed"]) == (0, True)
     await wait_until(lambda: pending_tasks(apns_deployment, bob, "voip") == 1, 30, "a voip task queued")
 
-    assert run_worker(apns_deployment) == {"sent": 1, "failed": 0, "retried": 0}
+    report, log = run_worker(apns_deployment)
+    assert report == {"sent": 1, "failed": 0, "retried": 0}
     [push] = pushes_to(standin, voip_token)
+    assert_not_logged(log, push_token, voip_token, push.provider_token)
     assert (push.http_version, push.headers["apns-push-type"], push.headers["apns-topic"]) == ("2", "voip", f"{BUNDLE}.voip")
     assert push.headers["apns-priority"] == "10"
     assert push.headers["apns-expiration"] == str(ack["ring_deadline_ms"] // 1000)
@@ -111,15 +119,16 @@ async def test_a_message_to_an_offline_iphone_is_an_alert_with_its_position(
 ) -> None:
     standin = apns_standin[0]
     alice, carol = tenant.persona("alice"), tenant.persona("carol")
-    push_token, _ = register_iphone(carol, "iphone")
+    push_token, voip_token = register_iphone(carol, "iphone")
     conversation = direct(alice, carol)
     a = await alice.connect()
     ack = await send_text(a, conversation, "lunch at noon?")
     await wait_until(lambda: pending_tasks(apns_deployment, carol, "message") == 1, 30, "a message task queued")
 
-    report = run_worker(apns_deployment)  # earlier tests' leftovers (a missed-call record) go too
+    report, log = run_worker(apns_deployment)  # earlier tests' leftovers (a missed-call record) go too
     assert (report["failed"], report["retried"]) == (0, 0) and report["sent"] >= 1
     [push] = pushes_to(standin, push_token)
+    assert_not_logged(log, push_token, voip_token, push.provider_token)
     assert (push.headers["apns-push-type"], push.headers["apns-topic"]) == ("alert", BUNDLE)
     assert push.headers["apns-collapse-id"] == f"c:{conversation}"
     assert push.payload["qim"] == {"type": "message", "conversation_id": conversation,
