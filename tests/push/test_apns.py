@@ -25,6 +25,7 @@ from push_providers.dispatch import ProviderSender
 from push_providers.models import TenantPushConfig
 from tests.harness.asgi_server import serving
 from tests.harness.push_standins.apns import Answer, ApnsStandIn, new_signing_key
+from tests.harness.services import free_port
 from tests.harness.tls import make_tls_files
 
 pytestmark = pytest.mark.django_db
@@ -310,3 +311,23 @@ def test_a_tenants_own_credentials_win_over_the_global_ones(  # type: ignore[no-
     )
     assert run(message_task(phone), sender)[0] is Outcome.SENT
     assert apns.seen[0].headers["apns-topic"] == BUNDLE
+
+
+def test_an_unreachable_apns_is_a_transient_failure(apns: ApnsStandIn, sender: ProviderSender, phone: Device, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.QIM_APNS_ENDPOINT = f"https://127.0.0.1:{free_port()}"
+    outcome, task = run(message_task(phone), sender)
+    assert (outcome, task.state) == (Outcome.RETRIED, PushTask.PENDING)
+    assert task.last_error.startswith("ConnectError: ")
+    assert phone.push_token not in task.last_error
+    assert Device.objects.get(pk=phone.pk).push_token == phone.push_token
+
+
+def test_a_request_apns_does_not_answer_in_time_is_given_up_and_retried(  # type: ignore[no-untyped-def]
+    apns: ApnsStandIn, sender: ProviderSender, phone: Device, settings,
+) -> None:
+    """The send must end within half the claim lease; QIM_PUSH_REQUEST_TIMEOUT_S bounds it."""
+    settings.QIM_PUSH_REQUEST_TIMEOUT_S = 0.5
+    apns.answer(phone.push_token, Answer(200, stall_s=3.0))
+    outcome, task = run(message_task(phone), sender)
+    assert (outcome, task.state) == (Outcome.RETRIED, PushTask.PENDING)
+    assert task.last_error.startswith("ReadTimeout")

@@ -10,6 +10,7 @@ Accepted pushes are recorded; answers can be scripted per device token (`script`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -30,6 +31,7 @@ class Answer:
     status: int
     reason: str = ""
     retry_after: str | None = None
+    stall_s: float = 0.0  # answer only after this long (a provider too slow to wait for)
 
 
 @dataclass
@@ -78,6 +80,8 @@ class ApnsStandIn:
         answer, payload = self._judge(scope, headers, token, body)
         if answer.status == 200 and self.script.get(token):
             answer = self.script[token].pop(0)
+        if answer.stall_s:
+            await asyncio.sleep(answer.stall_s)
         self.seen.append(
             Seen(token, headers, payload, scope["http_version"], answer.status, answer.reason, bearer,
                  tuple(scope.get("client") or ()))
