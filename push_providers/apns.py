@@ -17,6 +17,7 @@ import email.utils
 import hashlib
 import json
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -112,7 +113,13 @@ class ApnsSender:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = httpx.Client(http2=True, verify=_tls_context(), timeout=key[2])
+                # TCP_NODELAY, as curl and nghttp2 set for HTTP/2: httpcore writes a request's
+                # HEADERS and DATA frames apart, and Nagle may hold the second until the first
+                # is acknowledged.
+                transport = httpx.HTTPTransport(
+                    http2=True, verify=_tls_context(), socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+                )
+                client = httpx.Client(transport=transport, timeout=key[2])
                 self._clients[key] = client
             return client
 

@@ -2,9 +2,10 @@
 
 Messages are alert pushes to the device's push_token. Calls go to the PushKit voip_token as
 VoIP pushes (`<bundle>.voip`); a device that registered no voip_token gets the call as a
-time-sensitive alert on its push_token instead, so an app without PushKit still shows it
-(the task payload's `use_token` says which, rtc/actions.py voip_push_payload). Either way a
-call push expires at the ring deadline, and a call whose deadline passed is not sent at all.
+time-sensitive alert on its push_token instead, so an app without PushKit still shows it.
+The device's tokens at send time decide, not the payload's `use_token` (what they were when
+the call was queued). Either way a call push expires at the ring deadline, and a call whose
+deadline passed is not sent at all.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _call_request(payload: dict, device: Device, credentials: ApnsCredentials, n
         raise PushSendError("ring deadline passed", permanent=True)
     call = {key: value for key, value in payload.items() if key != "use_token"}
     headers = {"apns-priority": "10", "apns-expiration": str(deadline_ms // 1000)}
-    if device.voip_token and payload.get("use_token", "voip_token") == "voip_token":
+    if device.voip_token:
         headers.update({"apns-push-type": "voip", "apns-topic": f"{credentials.bundle_id}.voip"})
         return ApnsRequest(device.voip_token, headers, _fit(_encode({"qim": call}), VOIP_LIMIT_BYTES))
     if not device.push_token:

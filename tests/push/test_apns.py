@@ -193,8 +193,9 @@ def test_a_malformed_token_is_a_bad_device_token_and_is_cleared(apns: ApnsStandI
 
 def test_throttled_429_is_retried_no_earlier_than_retry_after(apns: ApnsStandIn, sender: ProviderSender, phone: Device) -> None:
     apns.answer(phone.push_token, Answer(429, "TooManyRequests", retry_after="120"))
+    task = message_task(phone)  # due at its creation: before `started`
     started = now_ms()
-    outcome, task = run(message_task(phone), sender, at_ms=started)
+    outcome, task = run(task, sender, at_ms=started)
     assert (outcome, task.state, task.attempts) == (Outcome.RETRIED, PushTask.PENDING, 1)
     assert task.available_at_ms >= started + 120_000
     assert task.last_error == "PushSendError: APNs 429 TooManyRequests"
@@ -212,8 +213,9 @@ def test_a_server_error_is_retried_with_backoff(
     apns: ApnsStandIn, sender: ProviderSender, phone: Device, status: int, reason: str,
 ) -> None:
     apns.answer(phone.push_token, Answer(status, reason))
+    task = message_task(phone)  # due at its creation: before `started`
     started = now_ms()
-    outcome, task = run(message_task(phone), sender, at_ms=started)
+    outcome, task = run(task, sender, at_ms=started)
     assert (outcome, task.state, task.last_error) == (Outcome.RETRIED, PushTask.PENDING, f"PushSendError: APNs {status} {reason}")
     assert task.available_at_ms > started
     outcome, task = run(task, sender, at_ms=task.available_at_ms)
@@ -331,3 +333,12 @@ def test_a_request_apns_does_not_answer_in_time_is_given_up_and_retried(  # type
     outcome, task = run(message_task(phone), sender)
     assert (outcome, task.state) == (Outcome.RETRIED, PushTask.PENDING)
     assert task.last_error.startswith("ReadTimeout")
+
+
+def test_a_call_goes_to_the_voip_token_the_device_holds_at_send_time(
+    apns: ApnsStandIn, sender: ProviderSender, phone: Device,
+) -> None:
+    """Queued when the device had no PushKit token (use_token push_token); it has one now."""
+    assert run(call_task(phone, now_ms() + 60_000, use_token="push_token"), sender)[0] is Outcome.SENT
+    [push] = apns.seen
+    assert (push.token, push.headers["apns-push-type"]) == (phone.voip_token, "voip")
