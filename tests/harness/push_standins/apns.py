@@ -46,6 +46,7 @@ class Seen:
     reason: str
     provider_token: str
     client: tuple  # the connection's (host, port): one per kept-alive HTTP/2 connection
+    received_at: float = field(default_factory=time.time)  # Unix seconds
 
 
 @dataclass
