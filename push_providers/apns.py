@@ -90,9 +90,14 @@ class ApnsSender:
         transient) otherwise."""
         request = build_request(task, device, credentials, self.clock_ms())
         url = f"{endpoint_for(credentials)}/3/device/{request.token}"
+        deadline = time.monotonic() + request_timeout_s()
         response = self._post(url, request, self.tokens.get(credentials))
         if response.status_code == 403 and _reason(response) == EXPIRED_TOKEN_REASON:
-            response = self._post(url, request, self.tokens.get(credentials, renew=True))
+            # The resend shares the one request's time budget: the send stays within half the lease.
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                raise PushSendError("APNs 403 ExpiredProviderToken (no time left to resend)")
+            response = self._post(url, request, self.tokens.get(credentials, renew=True), timeout_s=left_s)
         _settle(response, request.token)
         logger.debug("APNs accepted task %s: apns-id %s", task.id, response.headers.get("apns-id", "-"))
 
@@ -102,9 +107,13 @@ class ApnsSender:
         for client in clients:
             client.close()
 
-    def _post(self, url: str, request: ApnsRequest, provider_token: str) -> httpx.Response:
+    def _post(
+        self, url: str, request: ApnsRequest, provider_token: str, timeout_s: float | None = None
+    ) -> httpx.Response:
         headers = {**request.headers, "authorization": f"bearer {provider_token}", "content-type": "application/json"}
-        return self._client(url).post(url, content=request.body, headers=headers)
+        client = self._client(url)
+        timeout = client.timeout if timeout_s is None else httpx.Timeout(timeout_s)
+        return client.post(url, content=request.body, headers=headers, timeout=timeout)
 
     def _client(self, url: str) -> httpx.Client:
         """The process's client for this endpoint (and CA file and timeout, which tests vary)."""
