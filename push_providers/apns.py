@@ -22,6 +22,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from urllib.parse import quote
 
 import httpx
 import jwt
@@ -89,7 +90,8 @@ class ApnsSender:
         """Returns once Apple accepted the push; raises PushSendError (or an httpx error,
         transient) otherwise."""
         request = build_request(task, device, credentials, self.clock_ms())
-        url = f"{endpoint_for(credentials)}/3/device/{request.token}"
+        # Quoted: a token is whatever a client registered; it must not reach another path.
+        url = f"{endpoint_for(credentials)}/3/device/{quote(request.token, safe='')}"
         deadline = time.monotonic() + request_timeout_s()
         response = self._post(url, request, self.tokens.get(credentials))
         if response.status_code == 403 and _reason(response) == EXPIRED_TOKEN_REASON:

@@ -342,3 +342,14 @@ def test_a_call_goes_to_the_voip_token_the_device_holds_at_send_time(
     assert run(call_task(phone, now_ms() + 60_000, use_token="push_token"), sender)[0] is Outcome.SENT
     [push] = apns.seen
     assert (push.token, push.headers["apns-push-type"]) == (phone.voip_token, "voip")
+
+
+def test_a_token_with_path_characters_stays_one_device_token(apns: ApnsStandIn, sender: ProviderSender, phone: Device) -> None:
+    """A client registers any string; it must not steer the request to another device."""
+    other = secrets.token_hex(32)
+    hostile = f"../../3/device/{other}?x=1"
+    Device.objects.filter(pk=phone.pk).update(push_token=hostile)
+    outcome, task = run(message_task(phone), sender)
+    assert (outcome, task.last_error) == (Outcome.FAILED, "PushSendError: APNs 400 BadDeviceToken")
+    assert [(s.token, s.status) for s in apns.seen] == [(hostile, 400)]
+    assert Device.objects.get(pk=phone.pk).push_token == ""

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import jwt
 
@@ -75,8 +76,8 @@ class ApnsStandIn:
             return
         body = await _read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        match = DEVICE_PATH.match(scope["path"])
-        token = match.group(1) if match else ""
+        match = DEVICE_PATH.match(scope.get("raw_path", b"").decode("latin-1").split("?", 1)[0])
+        token = unquote(match.group(1)) if match else ""
         bearer = headers.get("authorization", "").removeprefix("bearer ")
         answer, payload = self._judge(scope, headers, token, body)
         if answer.status == 200 and self.script.get(token):
