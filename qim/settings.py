@@ -405,5 +405,8 @@ LOGGING = {
         "django.channels.server": {"level": "WARNING"},
         # A disallowed Host header is answered 400 (qim/api_errors.py); one line, no traceback.
         "django.security.DisallowedHost": {"filters": ["without_traceback"]},
+        # The HTTP clients of the push providers log request URLs (APNs device tokens, Web
+        # Push endpoints) at INFO and headers (provider JWTs, OAuth tokens) at DEBUG: secrets.
+        **{name: {"level": "WARNING"} for name in ("httpx", "httpcore", "hpack", "h2")},
     },
 }
