@@ -1,0 +1,52 @@
+"""End to end: a SEND over WebSocket reaches an offline Android device through a real
+`qim_push_worker` process and the local FCM (tests/harness/push_standins/fcm.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.conftest import QimDeployment
+from tests.core.conversation_helpers import create_group, send_text
+from tests.harness.asgi_server import serving
+from tests.harness.personas import TenantHandle, api_ok
+from tests.harness.push_standins.fcm import FcmStandIn
+from tests.harness.qim_process import last_json_line, manage
+from tests.harness.tls import make_tls_files
+
+TOKEN = "fcm-token-of-bobs-pixel"
+
+
+async def test_an_offline_android_user_gets_an_fcm_push_for_a_send(
+    embedded: QimDeployment, acme: TenantHandle, tmp_path: Path
+) -> None:
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    api_ok(acme.node, "POST", "devices/pixel/push", bob.token("pixel"), json={"platform": "android", "push_token": TOKEN})
+    group = create_group(alice, bob)
+    a = await alice.connect()
+    ack = await send_text(a, group, "are you coming?")  # bob is offline: one PushTask
+
+    tls = make_tls_files(tmp_path / "tls")
+    fcm = FcmStandIn()
+    with serving(fcm, tls=tls) as base_url:
+        fcm.base_url = base_url
+        account = tmp_path / "service-account.json"
+        account.write_text(json.dumps(fcm.new_service_account("qim-e2e")))
+        worker_env = {
+            **embedded.env,
+            "QIM_FCM_ENDPOINT": base_url,
+            "QIM_FCM_SERVICE_ACCOUNT_FILE": str(account),
+            "QIM_PUSH_CA_FILE": str(tls.cert),
+        }
+        out = await asyncio.to_thread(manage, worker_env, "qim_push_worker", "--once")
+    assert last_json_line(out)["sent"] == 1
+    [message] = fcm.messages_to(TOKEN)
+    assert message["data"] == {
+        "type": "message", "conversation_id": group, "conversation_seq": str(ack["conversation_seq"]),
+        "sender_id": alice.user_id, "badge": "1",
+    }
+    assert message["notification"] == {"title": alice.user_id, "body": "are you coming?"}
+    assert message["android"]["collapse_key"] == f"c:{group}"
+    assert len(fcm.token_requests) == 1 and fcm.refused == []
+    assert embedded.db.count("qim_pushtask", "state = 'sent'") == 1
