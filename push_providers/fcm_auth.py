@@ -114,4 +114,5 @@ def _refresh(credentials: service_account.Credentials, request: Request) -> None
 
 
 def _short(exc: Exception) -> str:
-    return str(exc)[:200]
+    """google-auth's own sentence (its first argument; the rest is the raw answer)."""
+    return str(exc.args[0] if exc.args else exc)[:200]

@@ -9,6 +9,7 @@ default ProviderSender, on a fake clock so retry times are exact.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -50,6 +51,17 @@ def fcm(tls: TlsFiles, tmp_path: Path) -> Iterator[FcmStandIn]:
             QIM_FCM_ENDPOINT=base_url, QIM_FCM_SERVICE_ACCOUNT_FILE=str(account), QIM_PUSH_CA_FILE=str(tls.cert)
         ):
             yield app
+
+
+@pytest.fixture(autouse=True)
+def no_secret_leaks(db: None, caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Whatever a test does, no log line (INFO and up) and no task's last_error holds a
+    registration token, an access token or the service account's private key."""
+    caplog.set_level(logging.INFO)
+    yield
+    shown = caplog.text + "\n".join(PushTask.objects.values_list("last_error", flat=True))
+    for secret in (TOKEN, "ya29.", "PRIVATE KEY", "Bearer"):
+        assert secret not in shown
 
 
 @pytest.fixture
@@ -273,6 +285,51 @@ def test_a_tenant_s_own_service_account_wins_over_the_global_one(fcm: FcmStandIn
     assert state(task) == (PushTask.SENT, 1)
     assert [r.project_id for r in fcm.received] == ["acme-app"]
     assert [c["iss"] for c in fcm.token_requests] == ["push@acme-app.iam.gserviceaccount.com"]
+
+
+def test_a_refused_renewed_token_is_a_transient_failure(
+    fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device
+) -> None:
+    """401 even with a fresh token (the account lost its FCM permission): retried later, so
+    pushes resume once the operator fixes the account; the token endpoint was asked twice."""
+    refused = standin.fcm_error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+    fcm.script(TOKEN, refused, refused)
+    task = message_task(pixel)
+    assert work(senders()) == 1
+    task.refresh_from_db()
+    assert (task.state, task.available_at_ms) == (PushTask.PENDING, T0 + BASE_MS)
+    assert "FCM 401 UNAUTHENTICATED" in task.last_error
+    assert len(fcm.token_requests) == 2 and fcm.received == []
+
+
+def test_an_account_the_token_endpoint_refuses_is_retried(
+    fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device, tmp_path: Path
+) -> None:
+    """A service account whose key Google no longer knows (deleted, or a copy with another
+    key): the assertion is refused, the task waits for the operator to fix the account."""
+    forged = {**fcm.new_service_account("qim-test"), "private_key": fcm.new_service_account("other")["private_key"]}
+    account = tmp_path / "forged.json"
+    account.write_text(json.dumps(forged))
+    task = message_task(pixel)
+    with override_settings(QIM_FCM_SERVICE_ACCOUNT_FILE=str(account)):
+        assert work(senders()) == 1
+    task.refresh_from_db()
+    assert task.state == PushTask.PENDING
+    assert task.last_error.startswith("PushSendError: FCM OAuth2 token refused: invalid_grant")
+    assert fcm.token_requests == [] and fcm.received == []
+    assert [reason for _, reason, _ in fcm.refused] == ["invalid_grant"]
+
+
+def test_a_refusal_about_the_message_fails_the_task_and_keeps_the_token(
+    fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device
+) -> None:
+    fcm.script(TOKEN, standin.bad_request("message.data[0].value", "Invalid value at 'message.data[0].value'"))
+    task = message_task(pixel)
+    assert work(senders()) == 1
+    assert state(task) == (PushTask.FAILED, 1)
+    assert "400 INVALID_ARGUMENT" in task.last_error
+    pixel.refresh_from_db()
+    assert pixel.push_token == TOKEN
 
 
 def test_an_unreachable_fcm_is_retried(fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device, tmp_path: Path) -> None:

@@ -197,10 +197,10 @@ class FcmStandIn:
         try:
             message = json.loads(body)["message"]
         except (ValueError, KeyError, TypeError):
-            return self._refuse(_bad_request("message", "Invalid JSON payload received."), {})
+            return self._refuse(bad_request("message", "Invalid JSON payload received."), {})
         violation = shape_violation(message)
         if violation:
-            return self._refuse(_bad_request(*violation), message)
+            return self._refuse(bad_request(*violation), message)
         script = self.scripts.get(message["token"])
         if script:
             return self._refuse(script.pop(0), message)
@@ -239,6 +239,6 @@ def shape_violation(message: object) -> tuple[str, str] | None:
     return None
 
 
-def _bad_request(field_name: str, description: str) -> Answer:
+def bad_request(field_name: str, description: str) -> Answer:
     return fcm_error(400, "INVALID_ARGUMENT", description,
                      {"@type": BAD_REQUEST, "fieldViolations": [{"field": field_name, "description": description}]})
