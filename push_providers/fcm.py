@@ -88,10 +88,14 @@ class FcmSender:
 
 
 def encode_message(task: PushTask, token: str) -> bytes:
-    """The v1 request body, at most FCM_LIMIT_BYTES (a long preview is shortened)."""
-    if task.kind == PushTask.VOIP:
-        return _encode(call_message(task.payload, token, now_ms()))
-    return fit_preview(task.payload, lambda payload: _encode(chat_message(payload, token)), FCM_LIMIT_BYTES)
+    """The v1 request body, at most FCM_LIMIT_BYTES (a long preview is shortened; the limit
+    is FCM's for data + notification, applied to the whole request to stay clear of it)."""
+    try:
+        if task.kind == PushTask.VOIP:
+            return _encode(call_message(task.payload, token, now_ms()))
+        return fit_preview(task.payload, lambda payload: _encode(chat_message(payload, token)), FCM_LIMIT_BYTES)
+    except (KeyError, TypeError, ValueError) as exc:  # a payload no retry can mend
+        raise PushSendError(f"push payload of kind {task.kind!r} lacks {exc}", permanent=True) from None
 
 
 def chat_message(payload: dict, token: str) -> dict:

@@ -332,6 +332,17 @@ def test_a_refusal_about_the_message_fails_the_task_and_keeps_the_token(
     assert pixel.push_token == TOKEN
 
 
+def test_a_task_whose_payload_is_not_a_message_fails_without_a_send(
+    fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device
+) -> None:
+    task = PushTask.objects.create(tenant=pixel.user.tenant, user=pixel.user, device=pixel, payload={"n": 1},
+                                   available_at_ms=T0, created_at_ms=T0)
+    assert work(senders()) == 1
+    assert state(task) == (PushTask.FAILED, 1)
+    assert task.last_error == "PushSendError: push payload of kind 'message' lacks 'conversation_id'"
+    assert fcm.received == [] and fcm.refused == []
+
+
 def test_an_unreachable_fcm_is_retried(fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device, tmp_path: Path) -> None:
     task = message_task(pixel)
     with override_settings(QIM_FCM_ENDPOINT="https://127.0.0.1:9"):  # nothing listens on port 9
