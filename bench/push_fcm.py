@@ -78,6 +78,7 @@ def serve_standin(directory: Path) -> None:
         print("ready", flush=True)
         sys.stdin.read()
     print(json.dumps({"received": len(app.received), "refused": len(app.refused),
+                      "refusals": [[status, reason] for status, reason, _ in app.refused],
                       "token_requests": len(app.token_requests)}), flush=True)
 
 
@@ -88,7 +89,9 @@ from qim.push.worker import drain
 sender = load_sender()
 started = time.perf_counter()
 tally = drain("bench", sender, 100, 0.0)
-print(json.dumps({**tally.report(), "seconds": time.perf_counter() - started}))
+from qim.models import PushTask
+errors = list(PushTask.objects.exclude(last_error="").values_list("last_error", flat=True)[:5])
+print(json.dumps({**tally.report(), "seconds": time.perf_counter() - started, "errors": errors}))
 """
 
 
@@ -98,7 +101,9 @@ def run_case(name: str, env: dict[str, str], tasks: int) -> dict:
     report = last_json_line(manage(env, "shell", "-c", DRAIN, timeout=600))
     assert report["sent"] == tasks, report
     drain_s = report["seconds"]
-    return {"sender": name, "tasks": tasks, "drain_s": round(drain_s, 3), "sends_per_s": round(tasks / drain_s, 1),
+    if report["retried"] or report["failed"]:
+        print(f"{name}: {report}", file=sys.stderr)
+    return {"sender": name, "tasks": tasks, "retried": report["retried"], "drain_s": round(drain_s, 3), "sends_per_s": round(tasks / drain_s, 1),
             "mean_ms_per_send": round(drain_s * 1000 / tasks, 3)}
 
 
@@ -196,7 +201,11 @@ def main() -> None:
         finally:
             out, _ = standin.communicate(input="", timeout=60)
     seen = last_json_line(out)
-    assert seen["received"] == tasks + latency["sends"] + 1 and seen["refused"] == 0, seen
+    # At least once: hypercorn closes an HTTP/2 connection after 1 000 requests (as Google's
+    # front ends recycle theirs); a request caught in that is retried by the outbox, and may
+    # have been accepted already (a duplicate, which the collapse key and tag make replace
+    # the notification on the phone rather than add one).
+    assert seen["received"] >= tasks + latency["sends"] + 1, seen
     print_table("one qim_push_worker, SQLite, closed loop", list(rows[0]), [list(r.values()) for r in rows])
     print_table("SEND -> accepted by the local FCM, worker in forever mode", list(latency), [list(latency.values())])
     emit({"bench": "push_fcm", "cases": rows, "latency": latency, "standin": seen})
