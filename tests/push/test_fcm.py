@@ -59,7 +59,8 @@ def no_secret_leaks(db: None, caplog: pytest.LogCaptureFixture) -> Iterator[None
     registration token, an access token or the service account's private key."""
     caplog.set_level(logging.INFO)
     yield
-    shown = caplog.text + "\n".join(PushTask.objects.values_list("last_error", flat=True))
+    logged = [record.getMessage() for when in ("setup", "call") for record in caplog.get_records(when)]
+    shown = "\n".join(logged + list(PushTask.objects.values_list("last_error", flat=True)))
     for secret in (TOKEN, "ya29.", "PRIVATE KEY", "Bearer"):
         assert secret not in shown
 
