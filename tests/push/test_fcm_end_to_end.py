@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import QimDeployment
@@ -12,7 +14,7 @@ from tests.core.conversation_helpers import create_group, send_text
 from tests.harness.asgi_server import serving
 from tests.harness.personas import TenantHandle, api_ok
 from tests.harness.push_standins.fcm import FcmStandIn
-from tests.harness.qim_process import last_json_line, manage
+from tests.harness.qim_process import REPO, last_json_line, process_env
 from tests.harness.tls import make_tls_files
 from tests.rtc.rtc_helpers import direct, new_call_id, signal
 
@@ -33,8 +35,17 @@ async def run_worker(deployment: QimDeployment, tmp_path: Path) -> tuple[FcmStan
             "QIM_FCM_SERVICE_ACCOUNT_FILE": str(account),
             "QIM_PUSH_CA_FILE": str(tls.cert),
         }
-        out = await asyncio.to_thread(manage, worker_env, "qim_push_worker", "--once")
-    return fcm, out
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, str(REPO / "manage.py"), "qim_push_worker", "--once"],
+            env=process_env({**worker_env, "QIM_LOG_LEVEL": "INFO"}), cwd=REPO, capture_output=True, text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    # The worker's whole log at INFO: no crash, and no secret (the registration token, the
+    # access token, the service account's key).
+    for bad in ("Traceback", " ERROR ", "fcm-token-of", "ya29.", "PRIVATE KEY", "Bearer"):
+        assert bad not in done.stderr + done.stdout, done.stderr
+    return fcm, done.stdout
 
 
 async def test_an_offline_android_user_gets_an_fcm_push_for_a_send(
