@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from email.utils import formatdate
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -232,6 +234,19 @@ def test_503_is_retried_with_backoff_then_sent(fcm: FcmStandIn, senders: Callabl
     assert state(task) == (PushTask.SENT, 3)
     assert [r.message["token"] for r in fcm.received] == [TOKEN]
     assert [status for status, _, _ in fcm.refused] == [503, 503]
+
+
+def test_a_500_with_retry_after_as_an_http_date_is_honoured(
+    fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device
+) -> None:
+    at = formatdate(time.time() + 60, usegmt=True)  # RFC 9110 allows a date as well as seconds
+    fcm.script(TOKEN, standin.fcm_error(500, "INTERNAL", "Internal error", {"@type": standin.FCM_ERROR, "errorCode": "INTERNAL"},
+                                        headers=(("retry-after", at),)))
+    task = message_task(pixel)
+    assert work(senders()) == 1
+    task.refresh_from_db()
+    assert task.state == PushTask.PENDING and "FCM 500 INTERNAL" in task.last_error
+    assert T0 + 50_000 <= task.available_at_ms <= T0 + 60_000
 
 
 def test_an_expired_access_token_is_renewed_within_the_send(fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device) -> None:
