@@ -1,12 +1,13 @@
 """FcmSender: offline pushes to Android devices over FCM HTTP v1 (`messages:send`).
 
-Why google-auth + httpx and not firebase-admin: firebase-admin hard-codes Google's host
-(`_MessagingService.FCM_URL`), so QIM_FCM_ENDPOINT and the tests' stand-in could not be used
-without patching its internals; it keeps apps in a process-global registry, awkward with one
-service account per tenant; its HTTP client retries 5xx on its own, under the outbox's retry
-and lease accounting; and it pulls in Firestore, Cloud Storage and gRPC we do not use. The
-part worth a library, the service account's signed OAuth2 assertion and token refresh, is
-google-auth (the library firebase-admin itself uses); the send is one JSON POST.
+Why google-auth + httpx and not firebase-admin (checked on 7.7.0): it hard-codes Google's
+host (`_MessagingService.FCM_URL`, no emulator switch), so QIM_FCM_ENDPOINT and the tests'
+stand-in would mean patching its internals; it keeps apps in a process-global registry,
+awkward with one service account per tenant; its client retries 500/503 four times by itself
+with a 120 s default timeout, under the outbox's own retries and past the claim lease; and it
+requires google-cloud-firestore, google-cloud-storage and google-api-core[grpc], which we do
+not use. The part worth a library, the service account's signed OAuth2 assertion and token
+refresh, is google-auth (what firebase-admin itself uses); the send is one JSON POST.
 
 How FCM's answers drive the outbox (Google's FCM v1 ErrorCode reference):
   200                                  sent
