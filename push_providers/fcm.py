@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from email.utils import parsedate_to_datetime
 from datetime import UTC, datetime
 
@@ -58,17 +59,21 @@ class FcmSender:
             raise PushSendError("the device has no FCM registration token", permanent=True)
         body = encode_message(task, token)
         url = f"{settings.QIM_FCM_ENDPOINT.rstrip('/')}/v1/projects/{credentials.project_id}/messages:send"
-        access = self.tokens.token(credentials.service_account)
-        response = self._post(url, body, access)
+        # One budget for the whole send (token fetch, send, renewal, send again), so that it
+        # ends within the half lease it started in, however many requests it takes.
+        deadline = time.monotonic() + request_timeout_s()
+        access = self.tokens.token(credentials.service_account, time_left_s(deadline))
+        response = self._post(url, body, access, deadline)
         if response.status_code == 401:  # expired or revoked: renewing is not a failure
             self.tokens.forget(credentials.service_account, access)
-            response = self._post(url, body, self.tokens.token(credentials.service_account))
+            access = self.tokens.token(credentials.service_account, time_left_s(deadline))
+            response = self._post(url, body, access, deadline)
         check_answer(response, token)
 
-    def _post(self, url: str, body: bytes, access_token: str) -> httpx.Response:
+    def _post(self, url: str, body: bytes, access_token: str, deadline: float) -> httpx.Response:
         headers = {"Authorization": f"Bearer {access_token}", "Content-Type": "application/json; charset=UTF-8"}
         try:
-            return self.client().post(url, content=body, headers=headers)
+            return self.client().post(url, content=body, headers=headers, timeout=time_left_s(deadline))
         except httpx.HTTPError as exc:
             raise PushSendError(f"FCM unreachable: {type(exc).__name__}") from None
 
@@ -86,6 +91,14 @@ class FcmSender:
             if self._client is None:
                 self._client = httpx.Client(http2=True, verify=provider_ssl_context(), timeout=request_timeout_s())
             return self._client
+
+
+def time_left_s(deadline: float) -> float:
+    """Seconds left of a send's budget; a transient PushSendError once it is spent."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise PushSendError("FCM send ran out of time (QIM_PUSH_REQUEST_TIMEOUT_S)")
+    return left
 
 
 def encode_message(task: PushTask, token: str) -> bytes:

@@ -19,7 +19,7 @@ from google.auth.transport.requests import Request
 from google.oauth2 import service_account
 from requests.adapters import HTTPAdapter
 
-from qim.push.senders import PushSendError, request_timeout_s
+from qim.push.senders import PushSendError
 
 SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 
@@ -47,11 +47,13 @@ class _ContextAdapter(HTTPAdapter):
 
 
 class _TimedRequest(Request):
-    """google-auth's requests transport with our per-request timeout (its default is 120 s,
-    past the claim lease)."""
+    """google-auth's requests transport with the send's time left as its timeout (google-auth
+    would wait 120 s, past the claim lease)."""
+
+    timeout_s: float = 10.0
 
     def __call__(self, url, method="GET", body=None, headers=None, timeout=None, **kwargs):  # type: ignore[no-untyped-def]
-        return super().__call__(url, method=method, body=body, headers=headers, timeout=request_timeout_s(), **kwargs)
+        return super().__call__(url, method=method, body=body, headers=headers, timeout=self.timeout_s, **kwargs)
 
 
 class AccessTokens:
@@ -64,9 +66,10 @@ class AccessTokens:
         self._by_account: dict[str, service_account.Credentials] = {}
         self._lock = threading.Lock()
 
-    def token(self, info: dict) -> str:
+    def token(self, info: dict, timeout_s: float) -> str:
         """A valid access token for the service account `info` (google-auth refreshes a few
-        minutes before expiry); a transient PushSendError when the token endpoint fails."""
+        minutes before expiry), fetching within `timeout_s`; a transient PushSendError when
+        the token endpoint fails."""
         key = _account_key(info)
         with self._lock:
             credentials = self._by_account.get(key)
@@ -74,6 +77,7 @@ class AccessTokens:
                 credentials = _credentials(info)
                 self._by_account[key] = credentials
             if not credentials.valid:
+                self._request.timeout_s = timeout_s
                 _refresh(credentials, self._request)
             return credentials.token
 

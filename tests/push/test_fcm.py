@@ -359,6 +359,21 @@ def test_a_task_whose_payload_is_not_a_message_fails_without_a_send(
     assert fcm.received == [] and fcm.refused == []
 
 
+def test_a_send_that_spent_its_time_budget_is_retried_not_sent(
+    fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device
+) -> None:
+    """Token fetch, send, renewal and second send share one QIM_PUSH_REQUEST_TIMEOUT_S, so a
+    send ends within the half lease it started in; none left means no request at all."""
+    task = message_task(pixel)
+    with override_settings(QIM_PUSH_REQUEST_TIMEOUT_S=0):
+        assert work(senders()) == 1
+    task.refresh_from_db()
+    assert (task.state, task.last_error) == (
+        PushTask.PENDING, "PushSendError: FCM send ran out of time (QIM_PUSH_REQUEST_TIMEOUT_S)",
+    )
+    assert fcm.token_requests == [] and fcm.received == []
+
+
 def test_an_unreachable_fcm_is_retried(fcm: FcmStandIn, senders: Callable[[], ProviderSender], pixel: Device, tmp_path: Path) -> None:
     task = message_task(pixel)
     with override_settings(QIM_FCM_ENDPOINT="https://127.0.0.1:9"):  # nothing listens on port 9
