@@ -2,7 +2,7 @@
 server keeps the subscription; an offline user's message goes out through a real
 qim_push_worker to the local Web Push stand-in, which decrypts it; those bytes, handed to the
 page's service worker as the push service would, become a notification with the sender and
-the preview. Disable (and a late call) leave nothing behind.
+the preview. Disable, Log out and a late call leave nothing behind.
 
 One piece is replaced: PushManager's subscribe/getSubscription/unsubscribe (an init script).
 A real subscribe() asks the browser's push service (Google's, for Chromium), which is out of
@@ -186,6 +186,11 @@ def test_enable_notifications_then_an_offline_message_arrives_decrypted_and_is_s
         assert [(n["title"], n["body"], n["tag"]) for n in shown] == [(bob.user_id, "lunch at noon?", f"conversation:{group}")]
         assert shown[0]["data"]["conversation_id"] == group
 
+        # A click with no tab open opens this address (sw.js notificationclick): the conversation.
+        page.goto(f"{base}/#conversation={group}")
+        expect(page.locator("#conversation h2")).to_have_text("lunch")
+        expect(page.locator("#messages .message .text")).to_have_text(["lunch at noon?"])
+
 
 def test_a_call_push_rings_until_its_deadline_only(web: QimDeployment, browser: Browser, push: WebPushStandIn) -> None:
     """The service worker shows "Incoming call from X" for an invite still ringing, and
@@ -223,6 +228,13 @@ def test_disable_forgets_the_subscription_and_a_reload_keeps_the_state(
         expect(page.locator("#notifications")).to_have_attribute("data-state", "off")
         assert stored_push(web, dave, device_id) == ("", "")
         assert page.evaluate("localStorage.getItem('test.subscribed')") is None
+
+        # Log out turns notifications off first: the next person at this browser gets none.
+        enable(page)
+        assert stored_push(web, dave, device_id)[0] == "web"
+        page.click("#logout")
+        expect(page.locator("#login")).to_be_visible()
+        assert stored_push(web, dave, device_id) == ("", "")
 
 
 def test_the_service_worker_is_served_from_the_root(web: QimDeployment) -> None:

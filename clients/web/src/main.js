@@ -77,11 +77,12 @@ function start() {
   navigator.serviceWorker?.addEventListener("message", (event) => {
     if (event.data?.type === "open-conversation") chat.openConversation(event.data.conversation_id);
   });
-  chat.start().then(() => {
+  chat.start().then(async () => {
     const wanted = new URLSearchParams(location.hash.slice(1)).get("conversation");
     if (wanted) {
       history.replaceState(null, "", location.pathname);
-      chat.openConversation(wanted);
+      await chat.refreshList(); // its title and kind, before the pane is drawn
+      await chat.openConversation(wanted);
     }
   });
   notifications.start().catch(() => notifications.show("off"));
