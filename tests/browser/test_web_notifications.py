@@ -248,3 +248,29 @@ def test_the_service_worker_is_served_from_the_root(web: QimDeployment) -> None:
     assert "showNotification" in response.text
     refused = httpx.post(f"{web.node.http_url}/sw.js", timeout=WAIT_S)
     assert (refused.status_code, refused.json()["code"]) == (405, "method_not_allowed")
+
+
+def test_a_browser_that_blocks_notifications_says_so_and_subscribes_nothing(
+    web: QimDeployment, browser: Browser, push: WebPushStandIn
+) -> None:
+    """The site's notification permission set to "denied" (as a person would in the site's
+    settings, here through the DevTools protocol): the control says blocked, offers no
+    button, and the server keeps nothing for the device."""
+    acme, base = web.tenants["acme"], web.node.http_url
+    erin = acme.persona("erin")
+    cdp = browser.new_browser_cdp_session()
+    with browser_with_push(browser, base, push.subscribe("erin-browser")) as (context, page):
+        context.clear_permissions()
+        page.goto(f"{base}/api/v1/health")
+        target = cdp.send("Target.getTargets")["targetInfos"]
+        contexts = {t["browserContextId"] for t in target if t["type"] == "page" and t["url"].startswith(base)}
+        assert len(contexts) == 1, target
+        cdp.send("Browser.setPermission", {"permission": {"name": "notifications"}, "setting": "denied",
+                                           "origin": base, "browserContextId": contexts.pop()})
+        log_in(page, base, erin)
+        device_id = page.evaluate("localStorage.getItem('qim.device_id')")
+        expect(page.locator("#notifications")).to_have_attribute("data-state", "blocked")
+        expect(page.locator("#notifications-toggle")).to_be_hidden()
+        assert page.evaluate("Notification.permission") == "denied"
+        assert stored_push(web, erin, device_id) == ("", "")
+    cdp.detach()
