@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import new_context, screenshot
 from tests.browser.helpers import group_of, log_in, send_as
-from tests.conftest import QimDeployment
+from tests.conftest import QimDeployment, start_embedded
 from tests.harness.personas import Persona, api_ok
 from tests.harness.push_standins.webpush import WebPushStandIn, running_webpush_standin
 
@@ -274,3 +275,29 @@ def test_a_browser_that_blocks_notifications_says_so_and_subscribes_nothing(
         assert page.evaluate("Notification.permission") == "denied"
         assert stored_push(web, erin, device_id) == ("", "")
     cdp.detach()
+
+
+def test_a_server_without_web_push_and_a_browser_without_the_push_api_say_so(
+    web: QimDeployment, browser: Browser, push: WebPushStandIn, sqlite_template: Path, work_dir: Path
+) -> None:
+    """Enable on a server with no VAPID key: "not configured", without asking the browser's
+    permission. A browser with no Push API: "unsupported", and no button."""
+    bare = start_embedded(sqlite_template, work_dir, extra_env={"QIM_ALLOWED_ORIGINS": "*"})
+    try:
+        frank = bare.tenants["acme"].persona("frank")
+        with browser_with_push(browser, bare.node.http_url, push.subscribe("frank-browser")) as (context, page):
+            # No permission granted: had the page asked first, the unanswered prompt would have
+            # left it "off" (or "blocked"); "not configured" shows the key was checked first.
+            context.clear_permissions()
+            log_in(page, bare.node.http_url, frank)
+            page.click("#notifications-toggle")
+            expect(page.locator("#notifications")).to_have_attribute("data-state", "unconfigured")
+            expect(page.locator("#notifications-state")).to_have_text("Notifications are not configured on this server")
+    finally:
+        bare.stop()
+    gina = web.tenants["acme"].persona("gina")
+    with browser_with_push(browser, web.node.http_url, push.subscribe("gina-browser")) as (context, page):
+        context.add_init_script("delete window.PushManager;")
+        log_in(page, web.node.http_url, gina)
+        expect(page.locator("#notifications")).to_have_attribute("data-state", "unsupported")
+        expect(page.locator("#notifications-toggle")).to_be_hidden()

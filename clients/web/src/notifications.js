@@ -68,18 +68,19 @@ export class Notifications {
     return work.finally(() => { this.button.disabled = false; });
   }
 
-  /** Permission, the service worker, the server's key, the subscription, then the server. */
+  /** The server's key (no prompt where the server cannot push), permission, the service
+   * worker, the subscription, then the server. */
   async enable() {
     if (!pushSupported()) return this.show("unsupported");
-    const permission = await Notification.requestPermission();
-    if (permission === "denied") return this.show("blocked");
-    if (permission !== "granted") return this.show("off");
     let key;
     try {
       key = keyBytes(await this.rest.vapidPublicKey());
     } catch (failure) {
-      return this.show(failure.status === 404 ? "unconfigured" : "failed", failure.message);
+      return this.show(failure.status === 404 ? "unconfigured" : "failed", failure.status === 404 ? "" : failure.message);
     }
+    const permission = await Notification.requestPermission();
+    if (permission === "denied") return this.show("blocked");
+    if (permission !== "granted") return this.show("off");
     try {
       await navigator.serviceWorker.register(WORKER_URL, { scope: "/" });
       const registration = await navigator.serviceWorker.ready;
