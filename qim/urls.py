@@ -1,5 +1,5 @@
 """HTTP routes: the REST API under /api/v1/ (no trailing slashes), the admin, and the web
-client's page at /."""
+client's page at / (and its service worker at /sw.js)."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -34,6 +34,7 @@ api_v1 = [
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    path("sw.js", web_client.service_worker, name="web-client-worker"),
     path("", web_client.index, name="web-client"),
 ]
 

@@ -1,4 +1,4 @@
-"""Builds the web client into clients/web/dist/ (app.js, app.css): esbuild, from the SDK's
+"""Builds the web client into clients/web/dist/ (app.js, app.css, sw.js): esbuild, from the SDK's
 lockfile (clients/js/package-lock.json), bundles src/ with the SDK's TypeScript sources.
 Run by `make web` (so by `make run`) and by the browser tests' session fixture."""
 
@@ -31,6 +31,11 @@ def main() -> None:
     run([str(SDK / "node_modules" / ".bin" / "esbuild"), str(HERE / "src" / "main.js"), "--bundle",
          "--format=esm", "--platform=browser", "--target=es2020", "--log-level=warning",
          f"--outfile={staging / 'app.js'}"], HERE)
+    # The service worker is a classic script on its own: served at /sw.js (qim/web_client.py)
+    # so its scope covers the whole site.
+    run([str(SDK / "node_modules" / ".bin" / "esbuild"), str(HERE / "src" / "sw.js"), "--bundle",
+         "--format=iife", "--platform=browser", "--target=es2020", "--log-level=warning",
+         f"--outfile={staging / 'sw.js'}"], HERE)
     shutil.rmtree(HERE / "dist", ignore_errors=True)
     staging.rename(HERE / "dist")
 

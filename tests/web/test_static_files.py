@@ -1,14 +1,16 @@
 """Static files served by daphne itself (whitenoise): the admin's stylesheets with hashed
 names and compressed copies, the API docs' Swagger UI and Redoc from the sidecar, nothing
-from a CDN; `/` answers the web client or a JSON error, never a 500."""
+from a CDN; `/` (and the web client's service worker at `/sw.js`) answers the web client or a
+JSON error, never a 500."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 
-from tests.conftest import QimDeployment
+from tests.conftest import QimDeployment, start_embedded
 
 LINKS = re.compile(r'(?:href|src)="([^"]+)"')
 
@@ -58,3 +60,26 @@ def test_root_answers_the_web_client_or_says_how_to_build_it(embedded: QimDeploy
         assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
     posted = httpx.post(f"{embedded.node.http_url}/", timeout=30)
     assert posted.status_code == 405 and posted.json()["code"] == "method_not_allowed"
+
+
+def test_service_worker_is_served_at_the_root_or_a_json_404(embedded: QimDeployment, sqlite_template: Path,
+                                                            work_dir: Path, tmp_path: Path) -> None:
+    """Built and collected: JavaScript whose scope may be `/`. Where the collected files lack
+    it (a node whose STATIC_ROOT was never filled): 404 {code, message}, never a 500."""
+    answer = httpx.get(f"{embedded.node.http_url}/sw.js", timeout=30)
+    if answer.status_code == 200:
+        assert answer.headers["content-type"].startswith("text/javascript")
+        assert answer.headers["service-worker-allowed"] == "/"
+    else:
+        assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
+    empty = tmp_path / "static-never-collected"
+    empty.mkdir()
+    bare = start_embedded(sqlite_template, work_dir, extra_env={"QIM_STATIC_ROOT": str(empty)})
+    try:
+        missing = httpx.get(f"{bare.node.http_url}/sw.js", timeout=30)
+        assert missing.status_code == 404 and missing.json()["code"] == "not_found", missing.text
+        assert "make web" in missing.json()["message"]
+        posted = httpx.post(f"{bare.node.http_url}/sw.js", timeout=30)
+        assert posted.status_code == 405 and posted.json()["code"] == "method_not_allowed"
+    finally:
+        bare.stop()

@@ -18,6 +18,7 @@ export { TypeRegistry, UNKNOWN_TYPE_TEXT } from "./registry.js";
 export {
   REST_PATHS, RestClient, type ConversationIdAnswer, type ConversationSeqAnswer, type EventSeqAnswer, type IceServer,
   type IceServers, type LoginAnswer, type PushRegistration, type RoomInfo, type TypeFields, type UserIdAnswer,
+  type WebPushSubscriptionJson,
 } from "./rest.js";
 export { withRateLimitRetry, type RetryOptions } from "./retry.js";
 export { Rooms, type RoomState } from "./rooms.js";

@@ -27,6 +27,12 @@ export interface RoomInfo {
   promoted_to?: string | null;
 }
 export interface PushRegistration { platform: "ios" | "android"; push_token: string; voip_token?: string }
+/** A browser's `PushSubscription.toJSON()`; only `endpoint` and `keys` are sent. */
+export interface WebPushSubscriptionJson {
+  endpoint: string;
+  keys: { p256dh: string; auth: string };
+  expirationTime?: number | null;
+}
 export type TypeFields = Partial<Omit<CustomMessageType, "version">> & { custom_type: string };
 
 /** The paths this client calls, checked against `/api/v1/schema/` by the tests. */
@@ -36,7 +42,7 @@ export const REST_PATHS = [
   "/api/v1/devices/{device_id}/push", "/api/v1/rooms", "/api/v1/rooms/{room_id}",
   "/api/v1/rooms/{room_id}/promote", "/api/v1/moderation/recall", "/api/v1/registry/types",
   "/api/v1/registry/types/{custom_type}", "/api/v1/rtc/ice-servers", "/api/v1/health",
-  "/api/v1/users/{user_id}/deactivate",
+  "/api/v1/users/{user_id}/deactivate", "/api/v1/push/vapid-public-key",
 ] as const;
 
 export class RestClient {
@@ -106,8 +112,25 @@ export class RestClient {
     return this.call("POST", `devices/${enc(deviceId)}/push`, registration);
   }
 
+  /** DELETE devices/{id}/push: the device's tokens or Web Push subscription are forgotten. */
   unregisterPush(deviceId: string): Promise<void> {
     return this.call("DELETE", `devices/${enc(deviceId)}/push`);
+  }
+
+  /** GET push/vapid-public-key: the `applicationServerKey` for `pushManager.subscribe()`
+   * (base64url of the uncompressed P-256 point); 404 `not_found` when Web Push is not
+   * configured for the tenant. */
+  async vapidPublicKey(): Promise<string> {
+    return (await this.call<{ public_key: string }>("GET", "push/vapid-public-key")).public_key;
+  }
+
+  /** POST devices/{id}/push with platform `web`: the server pushes to this subscription while
+   * the device is offline. 400 `bad_request` when the endpoint is not an allowed push service. */
+  setWebPushSubscription(deviceId: string, subscription: WebPushSubscriptionJson): Promise<{ device_id: string; platform: string }> {
+    const { endpoint, keys } = subscription;
+    return this.call("POST", `devices/${enc(deviceId)}/push`, {
+      platform: "web", subscription: { endpoint, keys: { p256dh: keys?.p256dh, auth: keys?.auth } },
+    });
   }
 
   createRoom(roomId: string, title?: string): Promise<{ room_id: string }> {

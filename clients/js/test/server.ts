@@ -107,6 +107,15 @@ export class QimServer {
     if (done.status !== 0) throw new Error(`sql failed: ${done.stderr}`);
   }
 
+  /** The rows a SELECT answers from the server's SQLite file (what no API shows, e.g. a device's stored push subscription). */
+  query(statement: string): unknown[][] {
+    const path = join(this.dir, "qim.sqlite3");
+    const code = `import json,sqlite3,sys\nc=sqlite3.connect(sys.argv[1],timeout=30)\nprint(json.dumps(c.execute(sys.argv[2]).fetchall()))`;
+    const done = spawnSync(PYTHON, ["-c", code, path, statement], { encoding: "utf-8" });
+    if (done.status !== 0) throw new Error(`query failed: ${done.stderr}`);
+    return JSON.parse(done.stdout) as unknown[][];
+  }
+
   async start(): Promise<void> {
     this.manage("migrate", "-v0");
     const out = this.manage("qim_bootstrap", "--tenant", TENANT, "--admin", "admin", "--password", ADMIN_PASSWORD);

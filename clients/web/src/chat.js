@@ -9,8 +9,8 @@ const REACTIONS = ["👍", "❤️", "😂"];
 const TYPING_SHOWN_MS = 6000;
 
 export class Chat {
-  constructor(root, client, rest, session, logout) {
-    Object.assign(this, { root, client, rest, session, logout });
+  constructor(root, client, rest, session, logout, notifications) {
+    Object.assign(this, { root, client, rest, session, logout, notifications });
     this.conversations = new Map();
     this.open = null; // {id, messages: Map(seq -> message), hasMore}
     this.mine = new Set(); // "seq:key" reactions this device added
@@ -27,7 +27,7 @@ export class Chat {
     const side = h("aside", { class: "sidebar" },
       h("header", {}, h("strong", { id: "me" }, `${this.session.userId} @ ${this.session.tenant}`), this.status,
         h("button", { id: "logout", onclick: () => this.logout() }, "Log out")),
-      this.groupForm(), this.list, this.rooms.form(), this.rooms.list);
+      this.notifications?.element, this.groupForm(), this.list, this.rooms.form(), this.rooms.list);
     this.root.replaceChildren(this.callPanel.element, h("main", { class: "chat" }, side, this.pane));
   }
 

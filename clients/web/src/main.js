@@ -3,6 +3,7 @@ import "./style.css";
 import { QimClient, RestClient, StorageCursorStore } from "../../js/src/index.ts";
 import { Chat } from "./chat.js";
 import { h } from "./dom.js";
+import { Notifications } from "./notifications.js";
 
 const app = document.getElementById("app");
 const DEVICE_KEY = "qim.device_id";
@@ -62,12 +63,29 @@ function start() {
     showLogin(message);
   };
   client.connection.on("closed", (info) => logout(info?.error?.message || "signed out"));
-  // "Log out" revokes the token on the server (DELETE auth/token), so a copy of it is useless.
-  const signOut = () => {
+  const notifications = new Notifications(rest, id);
+  // "Log out" revokes the token on the server (DELETE auth/token), so a copy of it is useless;
+  // it turns notifications off first, so the next person at this browser gets none of them.
+  const signOut = async () => {
+    if (notifications.state === "enabled") await notifications.disable();
     rest.logout().catch(() => undefined);
     logout("");
   };
-  new Chat(app, client, rest, session, signOut).start();
+  const chat = new Chat(app, client, rest, session, signOut, notifications);
+  // A clicked notification names its conversation: in a message from the service worker to an
+  // open tab, or in the address of a tab it opened (#conversation=<id>).
+  navigator.serviceWorker?.addEventListener("message", (event) => {
+    if (event.data?.type === "open-conversation") chat.openConversation(event.data.conversation_id);
+  });
+  chat.start().then(async () => {
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("conversation");
+    if (wanted) {
+      history.replaceState(null, "", location.pathname);
+      await chat.refreshList(); // its title and kind, before the pane is drawn
+      await chat.openConversation(wanted);
+    }
+  });
+  notifications.start().catch(() => notifications.show("off"));
 }
 
 start();
