@@ -60,8 +60,11 @@ services:
 	@test -x /usr/bin/chromium && test -d /usr/share/fonts/truetype/noto \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null)
 
+# Two pytest-xdist workers (one per core on CI's 2-core machine), a test file per worker at a
+# time so module fixtures (a deployment, a browser) stay shared; TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: deps services
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: deps services
 	$(PY) bench/run_all.py

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -20,7 +20,7 @@ from push_providers.models import TenantPushConfig
 
 @dataclass(frozen=True)
 class ApnsCredentials:
-    key_pem: str  # the .p8 signing key (ES256), PEM
+    key_pem: str = field(repr=False)  # the .p8 signing key (ES256), PEM; never in a repr
     key_id: str
     team_id: str
     bundle_id: str
@@ -29,7 +29,7 @@ class ApnsCredentials:
 
 @dataclass(frozen=True)
 class FcmCredentials:
-    service_account: dict  # the JSON Google issues; project_id, client_email, private_key, token_uri
+    service_account: dict = field(repr=False)  # the JSON Google issues; project_id, client_email, private_key, token_uri
 
     @property
     def project_id(self) -> str:
@@ -38,7 +38,7 @@ class FcmCredentials:
 
 @dataclass(frozen=True)
 class VapidCredentials:
-    private_key_pem: str  # P-256, PEM (PKCS#8)
+    private_key_pem: str = field(repr=False)  # P-256, PEM (PKCS#8)
     subject: str  # mailto: or https:
 
     def public_key_b64url(self) -> str:

@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, BrowserContext, Request, expect, sync_p
 
 from tests.conftest import QimDeployment, start_embedded
 from tests.harness.qim_process import REPO, collect_static
+from tests.harness.repo_lock import repo_lock
 
 CHROMIUM = "/usr/bin/chromium"
 # No update checks, sync, QUIC probes or first-run pings: the only requests are the page's.
@@ -31,8 +32,9 @@ expect.set_options(timeout=30_000)
 def web_client_built(work_dir: Path) -> Path:
     """clients/web built (as `make web` does), then collected again into the nodes' static
     root, so every node started after this serves `/` and its hashed files."""
-    done = subprocess.run([sys.executable, str(REPO / "clients" / "web" / "build.py")], cwd=REPO,
-                          capture_output=True, text=True, timeout=1200)
+    with repo_lock():  # pytest-xdist workers share clients/web and clients/js/node_modules
+        done = subprocess.run([sys.executable, str(REPO / "clients" / "web" / "build.py")], cwd=REPO,
+                              capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     collect_static(work_dir)
     return work_dir

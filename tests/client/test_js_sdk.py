@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.repo_lock import repo_lock
+
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "js"
 SUMMARY = re.compile(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", re.MULTILINE)
 
@@ -27,9 +29,10 @@ def test_js_sdk_suite_passes_against_a_real_server() -> None:
     assert npm is not None and shutil.which("node") is not None, "node and npm are needed (make services installs them)"
     env = {k: v for k, v in os.environ.items() if not k.startswith("QIM_")}
     env["QIM_PYTHON"] = sys.executable
-    if not (PACKAGE / "node_modules").is_dir():
-        installed = run([npm, "ci", "--no-audit", "--no-fund"], env, timeout=900)
-        assert installed.returncode == 0, installed.stdout[-4000:] + installed.stderr[-4000:]
+    with repo_lock():  # the web client's build (another pytest-xdist worker) may be installing too
+        if not (PACKAGE / "node_modules").is_dir():
+            installed = run([npm, "ci", "--no-audit", "--no-fund"], env, timeout=900)
+            assert installed.returncode == 0, installed.stdout[-4000:] + installed.stderr[-4000:]
     done = run([npm, "test"], env, timeout=1500)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-8000:]

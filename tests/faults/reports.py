@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.harness.checker import Verdict
 from tests.harness.qim_process import REPO
+from tests.harness.repo_lock import repo_lock
 
 RESULTS = REPO / "var" / "fault-results.json"
 
@@ -18,10 +19,11 @@ def record_result(scenario: str, verdict: Verdict, **extra: Any) -> dict[str, An
     entry = {**verdict.summary(), **extra, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(f"\nfault scenario {scenario}: {json.dumps(entry)}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        results = json.loads(RESULTS.read_text())
-    except (OSError, ValueError):
-        results = {}
-    results[scenario] = entry
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    with repo_lock():  # pytest-xdist workers may record at once
+        try:
+            results = json.loads(RESULTS.read_text())
+        except (OSError, ValueError):
+            results = {}
+        results[scenario] = entry
+        RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     return entry

@@ -50,7 +50,11 @@ def serving(app, tls: TlsFiles | None = None) -> Iterator[str]:  # type: ignore[
     finally:
         loop.call_soon_threadsafe(stop.set)  # type: ignore[union-attr]
         thread.join(10)
-        loop.close()
+        if thread.is_alive():  # a client still holds a connection open: stop the loop itself
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        if not loop.is_running():
+            loop.close()
 
 
 def _wait_listening(port: int, timeout_s: float = 10.0) -> None:
