@@ -13,7 +13,6 @@ retries once within the same send; any other 4xx fails the task with Apple's rea
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import logging
@@ -32,6 +31,7 @@ from qim.clock import now_ms as wall_clock_ms
 from qim.models import Device, PushTask
 from qim.push.senders import PushSendError, request_timeout_s
 from push_providers.apns_request import ApnsRequest, build_request
+from push_providers.retry_after import retry_after_s
 from push_providers.credentials import ApnsCredentials
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def _settle(response: httpx.Response, token: str) -> None:
     if reason in REJECTED_TOKEN_REASONS and status in (400, 410):
         raise PushSendError(message, rejected_token=token)
     if status == 429 or status >= 500 or reason == EXPIRED_TOKEN_REASON:
-        raise PushSendError(message, retry_after_s=retry_after_s(response.headers.get("retry-after")))
+        raise PushSendError(message, retry_after_s=retry_after_s(response.headers.get("retry-after"), time.time()))
     raise PushSendError(message, permanent=True)
 
 
@@ -164,17 +164,3 @@ def _reason(response: httpx.Response) -> str:
         return "(no reason)"
     return reason if isinstance(reason, str) and reason.isascii() and len(reason) <= 64 else "(no reason)"
 
-
-def retry_after_s(value: str | None, now: Callable[[], float] = time.time) -> float | None:
-    """Retry-After as seconds from now: delta-seconds or an HTTP date; None when absent or
-    unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now())

@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from email.utils import parsedate_to_datetime
-from datetime import UTC, datetime
 
 import httpx
 from django.conf import settings
@@ -34,6 +32,7 @@ from django.conf import settings
 from qim.clock import now_ms
 from qim.models import Device, PushTask
 from qim.push.senders import PushSendError, request_timeout_s
+from push_providers.retry_after import retry_after_s
 from push_providers.credentials import FcmCredentials
 from push_providers.fcm_auth import AccessTokens, provider_ssl_context
 from push_providers.payloads import fit_preview
@@ -166,7 +165,7 @@ def check_answer(response: httpx.Response, token: str) -> None:
     if fcm_error_code(error) == "UNREGISTERED" or (status == 400 and names_the_token(error)):
         raise PushSendError(what, rejected_token=token)
     if status == 429 or status >= 500:
-        raise PushSendError(what, retry_after_s=retry_after_s(response.headers.get("Retry-After")))
+        raise PushSendError(what, retry_after_s=retry_after_s(response.headers.get("Retry-After"), time.time()))
     if status == 401:  # a fresh token refused too: the account may be fixed later; retry
         raise PushSendError(what)
     raise PushSendError(what, permanent=True)
@@ -189,21 +188,6 @@ def names_the_token(error: dict) -> bool:
                 return True
     return fcm_error_code(error) == "INVALID_ARGUMENT" and "registration token" in str(error.get("message", "")).lower()
 
-
-def retry_after_s(value: str | None) -> float | None:
-    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def _error_of(response: httpx.Response) -> dict:

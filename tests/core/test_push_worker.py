@@ -17,7 +17,7 @@ from django.test import override_settings
 from qim.actions.accounts import do_create_user, do_issue_token
 from qim.models import Device, PushTask, Tenant
 from qim.actions.push import MAX_RETRY_DELAY_MS, next_claimable_ms, prune_finished, retry_delay_ms
-from qim.push.senders import LogSender, PushSendError, load_sender, request_timeout_s
+from qim.push.senders import PushSendError, load_sender, request_timeout_s
 from qim.push.worker import (
     NO_CREDENTIALS,
     Outcome,
