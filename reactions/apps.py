@@ -5,3 +5,13 @@ from django.apps import AppConfig
 
 class ReactionsConfig(AppConfig):
     name = "reactions"
+
+    def ready(self) -> None:
+        # The core's hooks (qim/hooks.py): a recall drops the message's reactions, a history
+        # page carries their summaries.
+        from qim.hooks import history_rendered, message_recalled
+        from reactions.actions import do_delete_reactions
+        from reactions.queries import attach_summaries
+
+        message_recalled.register(do_delete_reactions)
+        history_rendered.register(attach_summaries)

@@ -12,12 +12,12 @@ from qim.clock import now_ms
 from qim.content_types import RECALL
 from qim.errors import Refused
 from qim.faults import fault_point
+from qim.hooks import message_recalled
 from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User, UserBadgeState
 from qim.notify import UserPush, push_on_commit
 from qim.queries.control import access_timeline_message, recall_event_of
 from qim.queries.conversations import access_member_intervals
 from qim.windows import recall_deadline_ms
-from reactions.actions import do_delete_reactions
 
 
 def check_recall_message(user: User, device_id: str, conversation_id: str, conversation_seq: int) -> int:
@@ -93,7 +93,7 @@ def do_apply_recall(event: MessageRecord, *, push: UserPush | None = None) -> bo
         recall_event_conversation_seq__isnull=True,
     ).update(state=MessageRecord.RECALLED, payload=None, recall_event_conversation_seq=event.conversation_seq)
     if changed:
-        delete_reactions_of(event.conversation_id, event.target_conversation_seq)
+        drop_app_state_of(event.conversation_id, event.target_conversation_seq)
         _lower_badges_of_readers(event.conversation_id, event.target_conversation_seq, now_ms())
     if push is not None:
         push_on_commit(push)
@@ -129,9 +129,9 @@ def _lower_badges_of_readers(conversation_id: str, conversation_seq: int, now: i
     return badges.update(badge=F("badge") - 1, updated_at_ms=now)
 
 
-def delete_reactions_of(conversation_id: str, conversation_seq: int) -> int:
-    """Design §4: recalling a message physically deletes its reaction details and aggregate,
-    in the caller's transaction (so a recalled row never keeps counts), which must hold the
-    message's row lock already (REACT batches take it before the summary's). Answers rows
-    deleted."""
-    return do_delete_reactions(conversation_id, conversation_seq)
+def drop_app_state_of(conversation_id: str, conversation_seq: int) -> None:
+    """What apps keep about a recalled message goes in the caller's transaction (design §4:
+    reactions are deleted physically, so a recalled row never keeps counts). The caller must
+    hold the message's row lock already (REACT batches take it before the summary's)."""
+    for listener in message_recalled:
+        listener(conversation_id, conversation_seq)

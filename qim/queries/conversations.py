@@ -11,6 +11,7 @@ from django.db.models.functions import Coalesce, Greatest
 
 from qim.errors import Refused
 from qim.gateway.fit import fit_list
+from qim.hooks import history_rendered
 from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor
 from qim.render import message_object
 
@@ -115,20 +116,16 @@ def history(
         has_more, page = len(page) > limit, page[:limit][::-1]
     # The reader's own intervals: they name the viewer, whose own messages carry deadlines.
     viewer = intervals[0].user_id if intervals else None
-    messages = _with_reactions(conversation, [message_object(r, conversation, viewer_user_pk=viewer) for r in page])
+    messages = _with_app_fields(conversation, [message_object(r, conversation, viewer_user_pk=viewer) for r in page])
     fitted = fit_list(messages, max_bytes, keep_last=after_seq is None)
     return HistoryPage(fitted.items, fitted.json, has_more or len(fitted.items) < len(messages))
 
 
-def _with_reactions(conversation: Conversation, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Reactions ride along (protocol.md §5): one query for the whole page."""
-    from reactions.queries import summaries_for
-
-    summaries = summaries_for(conversation.pk, [m["conversation_seq"] for m in messages])
-    for message in messages:
-        summary = summaries.get(message["conversation_seq"])
-        if summary is not None:
-            message["reactions"] = summary
+def _with_app_fields(conversation: Conversation, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Apps add their fields to the page (reactions ride along, protocol.md §5), one query
+    for the whole page each."""
+    for listener in history_rendered:
+        listener(conversation.pk, messages)
     return messages
 
 
