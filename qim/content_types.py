@@ -1,19 +1,18 @@
 """What a content type means for delivery: the policy SEND and the projections obey.
 
 `text` and the `qim.*` control types are built in; every other type is a tenant's
-registry.CustomMessageType row, read through the node's registry cache. SEND, rendering and
-the projections all ask this module, so there is one place that decides.
+registered type, read through the TypeRegistry the registry app installs at start-up (the core
+imports no app). SEND, rendering and the projections all ask this module, so there is one
+place that decides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from qim.conf import limit
-
-if TYPE_CHECKING:
-    from registry.cache import RegistrySnapshot
 
 PERSISTENT, EPHEMERAL, EPHEMERAL_AGGREGATE = "persistent", "ephemeral", "ephemeral_aggregate"
 OWN_SEQ, ANCHOR_TARGET, NONE = "own_seq", "anchor_target", "none"
@@ -79,12 +78,64 @@ BUILTIN_POLICIES = {
     ),
 }
 
+class RegisteredPolicy(Protocol):
+    """One tenant-registered type, as the core reads it."""
+
+    @property
+    def policy(self) -> TypePolicy: ...
+
+    @property
+    def enabled(self) -> bool: ...
+
+
+class TypeSnapshot(Protocol):
+    """A tenant's registered types at one moment, by content type."""
+
+    @property
+    def types(self) -> Mapping[str, RegisteredPolicy]: ...
+
+
+class TypeRegistry(Protocol):
+    """Where the tenants' registered types come from: the registry app's cache implements it
+    and installs it with `install_type_registry` in its AppConfig.ready()."""
+
+    async def get(self, tenant_id: int) -> TypeSnapshot: ...
+
+    def get_sync(self, tenant_id: int) -> TypeSnapshot: ...
+
+
+@dataclass(frozen=True)
+class _NoTypes:
+    types: Mapping[str, RegisteredPolicy]
+
+
+class _BuiltinsOnly:
+    """The registry before (or without) the registry app: no tenant registers anything."""
+
+    _empty = _NoTypes({})
+
+    async def get(self, tenant_id: int) -> TypeSnapshot:
+        return self._empty
+
+    def get_sync(self, tenant_id: int) -> TypeSnapshot:
+        return self._empty
+
+
+_type_registry: TypeRegistry = _BuiltinsOnly()
+
+
+def install_type_registry(registry: TypeRegistry) -> None:
+    """Called once at start-up by the app that keeps the tenants' registered types."""
+    global _type_registry
+    _type_registry = registry
+
+
 def _text_policy() -> TypePolicy:
     policy = BUILTIN_POLICIES[TEXT]
     return TypePolicy(**{**policy.__dict__, "max_payload_bytes": int(limit("max_custom_payload_bytes"))})
 
 
-def sendable_policy(snapshot: "RegistrySnapshot", content_type: str) -> TypePolicy | None:
+def sendable_policy(snapshot: TypeSnapshot, content_type: str) -> TypePolicy | None:
     """What SEND may use: `text`, or an enabled registered type outside the qim. prefix
     (the built-in qim.* types are written by the server only)."""
     if content_type == TEXT:
@@ -96,9 +147,7 @@ def sendable_policy(snapshot: "RegistrySnapshot", content_type: str) -> TypePoli
 
 
 async def resolve_send_policy(tenant_id: int, content_type: str) -> TypePolicy | None:
-    from registry.cache import registry_cache
-
-    return sendable_policy(await registry_cache.get(tenant_id), content_type)
+    return sendable_policy(await _type_registry.get(tenant_id), content_type)
 
 
 def rendering_policy(tenant_id: int, content_type: str) -> TypePolicy | None:
@@ -106,9 +155,7 @@ def rendering_policy(tenant_id: int, content_type: str) -> TypePolicy | None:
     sync, for code already in a database thread."""
     if content_type == TEXT:
         return BUILTIN_POLICIES[TEXT]
-    from registry.cache import registry_cache
-
-    registered = registry_cache.get_sync(tenant_id).types.get(content_type)
+    registered = _type_registry.get_sync(tenant_id).types.get(content_type)
     if registered is not None:
         return registered.policy
     return BUILTIN_POLICIES.get(content_type)

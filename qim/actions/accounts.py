@@ -8,6 +8,7 @@ from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, transaction
 
 from qim.errors import Refused
+from qim.hooks import tenant_created
 from qim.models import Device, DeviceToken, Tenant, User, new_token_key, token_digest
 from qim.revocation import TOKEN_REVOKED, notify_revoked_on_commit
 
@@ -40,10 +41,10 @@ def do_bootstrap_tenant(tenant_name: str, admin_username: str, password: str) ->
         admin.set_password(password)
         admin.save()
         token = do_issue_token(admin, BOOTSTRAP_DEVICE_ID)
-    # The built-in qim.* types, after the commit above (each creation is its own transaction).
-    from registry.actions import do_install_builtins
-
-    do_install_builtins(tenant)
+    # After the commit above: the registry app installs the built-in qim.* types here (each
+    # creation is its own transaction).
+    for listener in tenant_created:
+        listener(tenant)
     return Bootstrapped(tenant=tenant, admin=admin, token=token)
 
 
