@@ -10,22 +10,18 @@ ticks give way to foreground frames while they are handled (qim/gateway/foregrou
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from django.utils.module_loading import autodiscover_modules
 
 if TYPE_CHECKING:
     from qim.gateway.connection import Connection
 
 Reply = dict[str, Any] | None
 Handler = Callable[["Connection", Any], Awaitable[Reply]]
-
-# Apps whose `frames` module registers handlers; each is imported once at start-up.
-FRAME_MODULES = ["qim.frames", "rooms.frames", "reactions.frames", "registry.frames", "rtc.frames"]
-
 
 @dataclass(frozen=True)
 class FrameRoute:
@@ -62,10 +58,6 @@ def registered_types() -> list[str]:
 
 
 def load_frame_modules() -> None:
-    """Import every app's frames module that exists (apps still to be built have none)."""
-    for name in FRAME_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
+    """Import the `frames` module of every installed app that has one (the admin's
+    autodiscover pattern), in INSTALLED_APPS order: the core names no app."""
+    autodiscover_modules("frames")
