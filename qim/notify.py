@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, ParamSpec, TypeVar
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
+
+from qim.gateway.node import get_node
+from qim.gateway.user_push import UserPush
 
 logger = logging.getLogger(__name__)
 
@@ -24,24 +27,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@dataclass
-class UserPush:
-    """One frame for many users. `text` is the same for all; or each user's frame is
-    `head + per_user[user_id] + tail` (mailbox events differ only in mailbox_seq), so the
-    body is still encoded once."""
-
-    tenant_id: int
-    user_ids: list[str]
-    text: str | None = None
-    head: str = ""
-    tail: str = ""
-    per_user: dict[str, str] = field(default_factory=dict)
-    exclude_device: tuple[str, str] | None = None
-
-
 async def deliver(push: UserPush) -> None:
-    from qim.gateway.node import get_node
-
     await get_node().send_to_users(push)
 
 

@@ -34,7 +34,7 @@ from qim.gateway.presence import (
 )
 
 if TYPE_CHECKING:
-    from qim.notify import UserPush
+    from qim.gateway.user_push import UserPush
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,22 @@
+"""The push object: what the on-commit helper (qim/notify.py) hands the ConnectionNode
+(qim/gateway/node.py). Its own module so that both import it and neither imports the other's
+caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class UserPush:
+    """One frame for many users. `text` is the same for all; or each user's frame is
+    `head + per_user[user_id] + tail` (mailbox events differ only in mailbox_seq), so the
+    body is still encoded once."""
+
+    tenant_id: int
+    user_ids: list[str]
+    text: str | None = None
+    head: str = ""
+    tail: str = ""
+    per_user: dict[str, str] = field(default_factory=dict)
+    exclude_device: tuple[str, str] | None = None
