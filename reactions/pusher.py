@@ -17,6 +17,7 @@ from typing import Protocol
 
 from django.conf import settings
 
+from qim.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.db import in_db_thread
@@ -102,7 +103,7 @@ class ReactionPusher:
         await self._push(tenant_id, conversation_id, seq, counts, version)
         # The window counts from the push itself, which can take a while for a big group.
         await self.windows.restart(key, window)
-        asyncio.create_task(self._trailing(tenant_id, conversation_id, seq, version, window))
+        spawn(self._trailing(tenant_id, conversation_id, seq, version, window), name=f"qim-reaction-trailing-{key}")
 
     async def _trailing(self, tenant_id: int, conversation_id: str, seq: int, pushed: int, window: float) -> None:
         """At each window's end: push again if the summary moved, and keep the window open."""
