@@ -71,7 +71,7 @@ class RedisMergeWindows:
         await self._redis().set(self.PREFIX + key, "1", px=max(1, int(window_s * 1000)))
 
 
-def _online_member_ids(conversation_id: str) -> list[str]:
+def _current_member_ids(conversation_id: str) -> list[str]:
     cached = _members.get(conversation_id)
     if cached is not None and time.monotonic() - cached[0] < _MEMBERS_TTL_S:
         return cached[1]
@@ -123,7 +123,7 @@ class ReactionPusher:
             logger.exception("trailing REACTION_UPDATE for %s#%s failed", conversation_id, seq)
 
     async def _push(self, tenant_id: int, conversation_id: str, seq: int, counts: dict, version: int) -> None:
-        members = await in_db_thread(_online_member_ids)(conversation_id)
+        members = await in_db_thread(_current_member_ids)(conversation_id)
         text = codec.encode({
             "type": "REACTION_UPDATE", "conversation_id": conversation_id,
             "conversation_seq": seq, "counts": counts, "summary_version": version,
