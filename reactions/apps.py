@@ -5,3 +5,12 @@ from django.apps import AppConfig
 
 class ReactionsConfig(AppConfig):
     name = "reactions"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_save
+
+        from qim.models import MembershipInterval
+        from reactions.member_cache import membership_saved
+
+        # A leave or removal on this node ends the member's REACTION_UPDATEs at once.
+        post_save.connect(membership_saved, sender=MembershipInterval, dispatch_uid="reactions-member-cache")
