@@ -13,7 +13,7 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.gateway.node import ConnectionNode, node_message_handler, on_disconnect
 from qim.ratelimit import check_rate
-from rtc.actions import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
+from rtc.lifecycle import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
 from rtc.relay import DELIVER, write_to_local_devices
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
