@@ -7,7 +7,6 @@ the only rows touched are this message's summary and its details or fingerprints
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -17,11 +16,8 @@ from qim.clock import now_ms
 from qim.conf import limit
 from qim.errors import Refused
 from qim.models import Conversation, MembershipInterval, MessageRecord
+from reactions.member_cache import member_counts
 from reactions.models import MessageReaction, MessageReactionSummary, ReactionFingerprint
-
-# Member counts of big groups change rarely; counting 100 000 intervals on every REACT would not.
-_MEMBER_COUNT_TTL_S = 5.0
-_member_counts: dict[str, tuple[float, int]] = {}
 
 Pair = tuple[int, str]  # (user pk, reaction_key)
 
@@ -45,12 +41,11 @@ class ReactOutcome:
 
 
 def member_count(conversation_id: str) -> int:
-    cached = _member_counts.get(conversation_id)
-    if cached is not None and time.monotonic() - cached[0] < _MEMBER_COUNT_TTL_S:
-        return cached[1]
-    count = MembershipInterval.objects.filter(conversation_id=conversation_id, left_at__isnull=True).count()
-    _member_counts[conversation_id] = (time.monotonic(), count)
-    return count
+    """Cached (reactions/member_cache.py): counting 100 000 intervals on every REACT would not do."""
+    return member_counts.get(
+        conversation_id,
+        lambda: MembershipInterval.objects.filter(conversation_id=conversation_id, left_at__isnull=True).count(),
+    )
 
 
 def fingerprint(user_pk: int, reaction_key: str) -> int:

@@ -15,3 +15,11 @@ class ReactionsConfig(AppConfig):
 
         message_recalled.register(do_delete_reactions)
         history_rendered.register(attach_summaries)
+
+        from django.db.models.signals import post_save
+
+        from qim.models import MembershipInterval
+        from reactions.member_cache import membership_saved
+
+        # A leave or removal on this node ends the member's REACTION_UPDATEs at once.
+        post_save.connect(membership_saved, sender=MembershipInterval, dispatch_uid="reactions-member-cache")

@@ -3,9 +3,9 @@ together into the next one (qim/batching.py; docs/performance.md, "REACT")."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
+from qim.background import spawn
 from qim.batching import KeyedBatcher
 from qim.errors import Refused
 from qim.queries.conversations import access_conversation
@@ -29,19 +29,17 @@ def apply_react_batch(key: BatchKey, requests: list[ReactRequest]) -> list[Answe
 
 def push_last_change(key: BatchKey, answers: Sequence[Answer]) -> None:
     """Committed: one REACTION_UPDATE hand-off per batch, with its final state. Pushes merge
-    per window anyway (absolute counts), and the ACKs do not wait for the fan-out."""
+    per window anyway (absolute counts), and the ACKs do not wait for the fan-out: the push
+    runs as a `spawn`ed task (kept alive until it ends, its failure logged)."""
     changed = [a for a in answers if isinstance(a, ReactOutcome) and a.changed]
     if not changed:
         return
     last = changed[-1]
-    push = asyncio.create_task(get_pusher().changed(
-        key[0], last.conversation_id, last.conversation_seq, last.counts, last.summary_version
-    ))
-    _pushes.add(push)
-    push.add_done_callback(_pushes.discard)
+    spawn(
+        get_pusher().changed(key[0], last.conversation_id, last.conversation_seq, last.counts, last.summary_version),
+        name=f"qim-reaction-push-{last.conversation_id}",
+    )
 
-
-_pushes: set[asyncio.Task[None]] = set()
 
 # Per process. Across nodes, batches to one message serialize on the summary's row lock;
 # 500 bounds one transaction (its lock hold and its statements' parameters).

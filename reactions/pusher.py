@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from django.conf import settings
 
+from qim.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.db import in_db_thread
@@ -24,14 +26,13 @@ from qim.gateway import codec
 from qim.gateway.node import get_node
 from qim.notify import UserPush
 from qim.queries.conversations import current_members
+from reactions.member_cache import member_ids
 from reactions.models import MessageReactionSummary
 
 logger = logging.getLogger(__name__)
 
-_MEMBERS_TTL_S = 5.0
 # How long a window stays held while its owner pushes, should the owner die mid-push.
 PUSH_BUDGET_S = 30.0
-_members: dict[str, tuple[float, list[str]]] = {}
 
 
 class MergeWindows(Protocol):
@@ -43,18 +44,19 @@ class MergeWindows(Protocol):
 
 
 class MemoryMergeWindows:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._until: dict[str, float] = {}
+        self._clock = clock
 
     async def open(self, key: str, window_s: float) -> bool:
-        now = time.monotonic()
+        now = self._clock()
         if self._until.get(key, 0.0) > now:
             return False
         self._until[key] = now + window_s
         return True
 
     async def restart(self, key: str, window_s: float) -> None:
-        self._until[key] = time.monotonic() + window_s
+        self._until[key] = self._clock() + window_s
 
 
 class RedisMergeWindows:
@@ -70,13 +72,9 @@ class RedisMergeWindows:
         await self._redis().set(self.PREFIX + key, "1", px=max(1, int(window_s * 1000)))
 
 
-def _online_member_ids(conversation_id: str) -> list[str]:
-    cached = _members.get(conversation_id)
-    if cached is not None and time.monotonic() - cached[0] < _MEMBERS_TTL_S:
-        return cached[1]
-    members = list(current_members(conversation_id).values())
-    _members[conversation_id] = (time.monotonic(), members)
-    return members
+def _current_member_ids(conversation_id: str) -> list[str]:
+    """Every current member, online or not: send_to_users reaches only the online ones."""
+    return member_ids.get(conversation_id, lambda: list(current_members(conversation_id).values()))
 
 
 def _summary_state(conversation_id: str, seq: int) -> tuple[dict, int] | None:
@@ -102,7 +100,7 @@ class ReactionPusher:
         await self._push(tenant_id, conversation_id, seq, counts, version)
         # The window counts from the push itself, which can take a while for a big group.
         await self.windows.restart(key, window)
-        asyncio.create_task(self._trailing(tenant_id, conversation_id, seq, version, window))
+        spawn(self._trailing(tenant_id, conversation_id, seq, version, window), name=f"qim-reaction-trailing-{key}")
 
     async def _trailing(self, tenant_id: int, conversation_id: str, seq: int, pushed: int, window: float) -> None:
         """At each window's end: push again if the summary moved, and keep the window open."""
@@ -122,7 +120,7 @@ class ReactionPusher:
             logger.exception("trailing REACTION_UPDATE for %s#%s failed", conversation_id, seq)
 
     async def _push(self, tenant_id: int, conversation_id: str, seq: int, counts: dict, version: int) -> None:
-        members = await in_db_thread(_online_member_ids)(conversation_id)
+        members = await in_db_thread(_current_member_ids)(conversation_id)
         text = codec.encode({
             "type": "REACTION_UPDATE", "conversation_id": conversation_id,
             "conversation_seq": seq, "counts": counts, "summary_version": version,

@@ -1,6 +1,6 @@
 """Calls whose device vanished: when the last connection of a device taking part in a call
 goes (socket closed, client crashed, network lost) and the device is not back anywhere within
-rtc_disconnect_grace_s, the server ends the call for it (rtc/actions.py end_abandoned_call),
+rtc_disconnect_grace_s, the server ends the call for it (rtc/lifecycle.py end_abandoned_call),
 so neither party stays busy until the call's record expires."""
 
 from __future__ import annotations

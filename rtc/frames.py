@@ -13,8 +13,8 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.gateway.node import ConnectionNode, node_message_handler, on_disconnect
 from qim.ratelimit import check_rate
-from rtc.actions import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
-from rtc.relay import DELIVER, deliver_local
+from rtc.lifecycle import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
+from rtc.relay import DELIVER, write_to_local_devices
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Action = Literal["invite", "ringing", "accept", "reject", "cancel", "hangup", "sdp", "candidate"]
@@ -60,7 +60,7 @@ async def on_rtc_deliver(node: ConnectionNode, message: dict[str, Any]) -> None:
     # A node that serves a party watches for orphaned calls too (rtc/ring_timer.py,
     # rtc/departures.py OrphanedCalls).
     ensure_sweeping()
-    await deliver_local(node, message)
+    await write_to_local_devices(node, message)
 
 
 @on_disconnect

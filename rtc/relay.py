@@ -50,14 +50,14 @@ async def deliver_to_devices(
     message = {"type": DELIVER, "tenant": tenant_id, "user": user_id, "devices": sorted(targets), "text": text}
     for node_id in await node.directory.nodes_of(tenant_id, [user_id]):
         if node_id == node.node_id:
-            await deliver_local(node, message)
+            await write_to_local_devices(node, message)
             continue
         # Signals are best effort, like every push; the ring timeout ends a lost call.
         await node.layer_send(node_id, message, "RTC_SIGNAL")
     return len(targets)
 
 
-async def deliver_local(node: ConnectionNode, message: dict[str, Any]) -> None:
+async def write_to_local_devices(node: ConnectionNode, message: dict[str, Any]) -> None:
     """This node's half of `deliver_to_devices`: the named devices' local sockets."""
     devices = set(message["devices"])
     for conn in list(node.local_connections_of((message["tenant"], message["user"]))):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 
 from qim.clock import now_ms
+from qim.errors import Refused
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.errors import FrameError
 from qim.gateway.node import get_node
 
 MAX_PRESENCE_WATCH = 1000
@@ -39,7 +39,7 @@ async def handle_presence_sub(conn: Connection, frame: PresenceSub) -> dict:
     """
     wanted = list(dict.fromkeys(frame.user_ids))
     if len(conn.presence_watch | set(wanted)) > MAX_PRESENCE_WATCH:
-        raise FrameError("too_large", f"at most {MAX_PRESENCE_WATCH} watched users per connection")
+        raise Refused("too_large", f"at most {MAX_PRESENCE_WATCH} watched users per connection")
     node = get_node()
     for user_id in wanted:
         await node.watch_presence(conn, user_id)

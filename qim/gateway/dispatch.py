@@ -2,7 +2,7 @@
 
 A handler is `async def handle_x(conn, frame) -> reply | None`, where `frame` is the inbound
 frame validated against the handler's msgspec schema. It returns the reply frame (the gateway
-adds `req_id`) or None for fire-and-forget frames, and raises FrameError to refuse.
+adds `req_id`) or None for fire-and-forget frames, and raises qim.errors.Refused to refuse.
 
 Frames are foreground work unless registered with `foreground=False` (the room family): room
 ticks give way to foreground frames while they are handled (qim/gateway/foreground.py).

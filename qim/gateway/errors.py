@@ -9,9 +9,6 @@ from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
 from qim.outage import outage_of
 
-# Handlers raise qim.errors.Refused; FrameError is its name at the gateway.
-FrameError = Refused
-
 ERROR_CODES = frozenset(
     {
         "bad_frame",
