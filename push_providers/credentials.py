@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
 
+from qim.errors import Refused
 from push_providers.models import TenantPushConfig
 
 
@@ -127,7 +128,7 @@ def global_apns() -> ApnsCredentials | None:
     if not (settings.QIM_APNS_KEY_FILE and settings.QIM_APNS_KEY_ID and settings.QIM_APNS_TEAM_ID and settings.QIM_APNS_BUNDLE_ID):
         return None
     return ApnsCredentials(
-        Path(settings.QIM_APNS_KEY_FILE).read_text(),
+        _read_setting_file("QIM_APNS_KEY_FILE"),
         settings.QIM_APNS_KEY_ID,
         settings.QIM_APNS_TEAM_ID,
         settings.QIM_APNS_BUNDLE_ID,
@@ -138,13 +139,32 @@ def global_apns() -> ApnsCredentials | None:
 def global_fcm() -> FcmCredentials | None:
     if not settings.QIM_FCM_SERVICE_ACCOUNT_FILE:
         return None
-    return FcmCredentials(json.loads(Path(settings.QIM_FCM_SERVICE_ACCOUNT_FILE).read_text()))
+    try:
+        return FcmCredentials(json.loads(_read_setting_file("QIM_FCM_SERVICE_ACCOUNT_FILE")))
+    except ValueError:
+        raise _misconfigured("QIM_FCM_SERVICE_ACCOUNT_FILE", "is not JSON") from None
 
 
 def global_vapid() -> VapidCredentials | None:
     if not settings.QIM_VAPID_PRIVATE_KEY:
         return None
-    return VapidCredentials(vapid_key_pem(settings.QIM_VAPID_PRIVATE_KEY), settings.QIM_VAPID_SUBJECT)
+    try:
+        return VapidCredentials(vapid_key_pem(settings.QIM_VAPID_PRIVATE_KEY), settings.QIM_VAPID_SUBJECT)
+    except (ValueError, TypeError):
+        raise _misconfigured("QIM_VAPID_PRIVATE_KEY", "is not a P-256 private key") from None
+
+
+def _read_setting_file(name: str) -> str:
+    try:
+        return Path(getattr(settings, name)).read_text()
+    except (OSError, UnicodeDecodeError):
+        raise _misconfigured(name, "names a file that cannot be read") from None
+
+
+def _misconfigured(name: str, why: str) -> Refused:
+    """A global credential the operator set wrongly: REST answers 503 `unavailable` naming the
+    setting (never its value), and the worker retries the push until it is fixed."""
+    return Refused("unavailable", f"the server's {name} {why}; the operator must fix it")
 
 
 def vapid_key_pem(value: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 HTTP_STATUS = {
     "bad_request": 400, "bad_frame": 400, "unauthenticated": 401, "forbidden": 403,
     "not_found": 404, "conflict": 409, "too_large": 413, "unknown_custom_type": 400,
-    "window_expired": 403, "rate_limited": 429, "room_limit": 403,
+    "window_expired": 403, "rate_limited": 429, "room_limit": 403, "unavailable": 503,
 }
 
 

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from qim.actions.accounts import do_bootstrap_tenant
+from qim.errors import Refused
 from qim.models import Tenant
 from push_providers.actions import do_clear_provider, do_generate_vapid
 from push_providers.credentials import CredentialsCache, TenantCredentials, credentials_for, vapid_key_pem
@@ -108,3 +109,17 @@ def test_qim_vapid_key_refuses_to_overwrite_a_file_that_is_not_a_key(tmp_path: P
     with pytest.raises(CommandError, match="not a P-256 private key"):
         call_command("qim_vapid_key", "--out", str(out))
     assert out.read_text() == "not a key"
+
+
+def test_a_global_credential_set_wrongly_answers_unavailable_naming_the_setting(acme: Tenant, tmp_path: Path) -> None:
+    missing = str(tmp_path / "absent.p8")
+    with override_settings(QIM_APNS_KEY_FILE=missing, QIM_APNS_KEY_ID="ABCDEFGHIJ", QIM_APNS_TEAM_ID="TEAM123456",
+                           QIM_APNS_BUNDLE_ID="com.example.qim", QIM_PUSH_CREDENTIALS_CACHE_S=0):
+        with pytest.raises(Refused) as refused:
+            credentials_summary(acme.pk)
+    assert refused.value.http_status == 503 and "QIM_APNS_KEY_FILE" in refused.value.message
+    assert missing not in refused.value.message
+    with override_settings(QIM_VAPID_PRIVATE_KEY="not-a-key", QIM_PUSH_CREDENTIALS_CACHE_S=0):
+        with pytest.raises(Refused) as refused:
+            credentials_for(acme.pk)
+    assert refused.value.code == "unavailable" and "not-a-key" not in refused.value.message
