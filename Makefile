@@ -60,9 +60,10 @@ services:
 	@test -x /usr/bin/chromium && test -d /usr/share/fonts/truetype/noto \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null)
 
-# Two pytest-xdist workers (one per core on CI's 2-core machine), a test file per worker at a
-# time so module fixtures (a deployment, a browser) stay shared; TEST_WORKERS=0 runs serially.
-TEST_WORKERS ?= 2
+# One process by default: on two pytest-xdist workers (TEST_WORKERS=2, a test file per worker
+# so module fixtures stay shared) the suite takes 14 min instead of ~27 here, but three of its
+# timing-bound fault and socket tests failed once in three such runs under the doubled load.
+TEST_WORKERS ?= 0
 test: deps services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import string
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -103,7 +104,9 @@ def test_a_message_push_arrives_decrypted_with_ttl_urgency_and_topic(acme: Tenan
         "preview": "hello bob", "badge": 3,
     }
     assert got.headers["ttl"] == str(MESSAGE_TTL_S) and got.headers["urgency"] == "normal"
-    assert len(got.headers["topic"]) == 32 and "41" not in got.headers["topic"]
+    # The Topic is the conversation's keyed digest (32 base64url characters), not its id.
+    topic = got.headers["topic"]
+    assert len(topic) == 32 and topic != "41" and set(topic) <= set(string.ascii_letters + string.digits + "-_")
     assert got.claims["aud"] == push.base_url and got.claims["sub"] == SUBJECT
     assert got.claims["exp"] <= time.time() + 24 * 3600
     task.refresh_from_db()
