@@ -3,9 +3,10 @@
 from .backoff import Backoff
 from .calls import Call, CallTracker, UnknownCall, new_call_id
 from .codec import Frame, decode_frame, encode_frame
-from .connection import CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_UNAUTHENTICATED, QimClient
+from .connection import QimClient
 from .cursor import CursorStore, JsonFileCursorStore, MemoryCursorStore
 from .errors import ApiError, AuthError, ConnectionLost, QimClientError, QimError
+from .handshake import CLOSE_AUTH_TIMEOUT, CLOSE_CREDENTIALS_REVOKED, CLOSE_UNAUTHENTICATED
 from .messaging import new_client_msg_id
 from .registry import Rendered, RegistrySync, TypeRegistry, render_message, version_satisfies
 from .rest import RestClient, login

@@ -6,51 +6,36 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from .backoff import Backoff
 from .calls import CallRequests, CallTracker
 from .codec import Frame, decode_frame, encode_frame
 from .cursor import CursorStore
-from .errors import AuthError, ConnectionLost, QimError
+from .errors import ConnectionLost, QimError
+from .handshake import SessionHandshake, code_of
 from .messaging import ConversationRequests, new_client_msg_id
 from .pushes import PushCallback, PushCallbacks, PushQueue
 from .registry import RegistryAccess, RegistrySync, TypeRegistry
-from .rooms import RoomRequests, RoomSync
+from .reconnect import ReconnectHook, ReconnectLoop
+from .room_requests import RoomRequests
+from .rooms import RoomSync
 from .sync import MailboxAccess, MailboxSync
 from .version import __version__
 
 logger = logging.getLogger("qimclient")
 
-ReconnectHook = Callable[["QimClient"], Awaitable[None]]
-
-# §3: a bad token gets ERROR then 4401; no AUTH within 10 s gets 4408; a session whose token
-# is revoked or expires, or whose user is deactivated, gets ERROR {reason} then 4403.
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_CREDENTIALS_REVOKED = 4403
-CLOSE_AUTH_TIMEOUT = 4408
-# AUTH could not be checked (the server's database is away, or its Redis): a reconnect retries later.
-CLOSE_TRY_AGAIN_LATER = 4503
-_CLOSE_CODE_NAMES = {
-    CLOSE_UNAUTHENTICATED: "unauthenticated",
-    CLOSE_CREDENTIALS_REVOKED: "credentials_revoked",
-    CLOSE_AUTH_TIMEOUT: "auth_timeout",
-    CLOSE_TRY_AGAIN_LATER: "unavailable",
-}
-# Closes after which the same token can never work again: reconnecting would loop.
-_FINAL_CLOSE_CODES = frozenset({CLOSE_UNAUTHENTICATED, CLOSE_CREDENTIALS_REVOKED})
-
-# Server replies (SYNC_BATCH with 100+ events) can be far larger than the 64 KiB inbound cap.
-MAX_INCOMING_BYTES = 64 * 1024 * 1024
 # Replies that arrive after their request timed out are dropped, not mistaken for pushes.
 _ABANDONED_MEMORY = 1024
 
 
-class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess, CallRequests):
+class QimClient(
+    SessionHandshake, ReconnectLoop, ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess, CallRequests
+):
     """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
 
     Frames carrying a `req_id` of a pending `request()` resolve it; everything else (pushes,
@@ -116,6 +101,10 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             self, prepare=self._render_messages, max_queued_items=max_queued_room_events, backoff=self.backoff
         )
         self.call_tracker = CallTracker(max_queued_call_signals)
+        self._init_session_state(max_queued_pushes)
+
+    def _init_session_state(self, max_queued_pushes: int) -> None:
+        """The socket, the requests awaiting replies and the push queue (none yet)."""
         self._cursor = 0
         self.reconnects = 0
         self.invalid_frames = 0
@@ -259,7 +248,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
                 await ws.send(encode_frame(frame))
             except ConnectionClosed as closed:
                 self._note_closed(ws)
-                raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
+                raise ConnectionLost("connection closed while sending", code_of(closed)) from None
             wait = self.request_timeout if timeout is None else timeout
             try:
                 async with asyncio.timeout(wait):
@@ -288,7 +277,7 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
             await ws.send(text)
         except ConnectionClosed as closed:
             self._note_closed(ws)
-            raise ConnectionLost("connection closed while sending", _code_of(closed)) from None
+            raise ConnectionLost("connection closed while sending", code_of(closed)) from None
 
     # Pushes
 
@@ -311,105 +300,13 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         """
         return self._callbacks.add(frame_type, callback)
 
-    # Internals: handshake
-
-    async def _open_and_authenticate(self) -> tuple[ClientConnection, Frame]:
-        ws = await connect(
-            self.ws_url,
-            origin=self.origin,  # type: ignore[arg-type]  # websockets' Origin is a NewType of str
-            open_timeout=self.request_timeout,
-            max_size=MAX_INCOMING_BYTES,
-        )
-        try:
-            auth = {
-                "type": "AUTH",
-                "token": self.token,
-                "device_id": self.device_id,
-                "client_version": self.client_version,
-            }
-            await ws.send(encode_frame(auth))
-            try:
-                async with asyncio.timeout(self.request_timeout):
-                    auth_ok = await self._await_auth_reply(ws)
-            except TimeoutError:
-                raise TimeoutError(f"no AUTH_OK within {self.request_timeout} s") from None
-        except BaseException:
-            await ws.close()
-            self._record_close(ws)
-            raise
-        return ws, auth_ok
-
-    async def _await_auth_reply(self, ws: ClientConnection) -> Frame:
-        while True:
-            try:
-                message = await ws.recv()
-            except ConnectionClosed as closed:
-                self._record_close(ws)
-                code = _code_of(closed)
-                name = _CLOSE_CODE_NAMES.get(code or 0, "closed")
-                reason = (closed.rcvd.reason if closed.rcvd else "") or "connection closed during AUTH"
-                raise AuthError(name, reason, code) from None
-            frame = decode_frame(message)
-            if frame is None:
-                self._note_invalid(message)
-            elif frame.get("type") == "AUTH_OK":
-                return frame
-            elif frame.get("type") == "ERROR":
-                close_code = await self._wait_server_close(ws)
-                code = str(frame.get("code", "unauthenticated"))
-                raise AuthError(code, str(frame.get("message", "")), close_code)
-            else:
-                logger.warning("ignoring %s frame received before AUTH_OK", frame.get("type"))
-
-    async def _wait_server_close(self, ws: ClientConnection) -> int | None:
-        """After an AUTH ERROR the server closes (4401); read until it does, to report its code."""
-        try:
-            async with asyncio.timeout(min(self.request_timeout, 5.0)):
-                while True:
-                    await ws.recv()
-        except (ConnectionClosed, TimeoutError):
-            pass
-        self._record_close(ws)
-        return ws.close_code
-
-    # Internals: reading, reconnecting
+    # Internals: reading
 
     def _install(self, ws: ClientConnection, auth_ok: Frame) -> None:
         self._ws = ws
         self.auth_ok = auth_ok
         self._connected.set()
         self.registry_sync.announce(auth_ok.get("registry_version"))
-
-    async def _supervise(self) -> None:
-        """Read until the socket drops, then reconnect with backoff, until closed or given up."""
-        try:
-            while True:
-                ws = self._ws
-                assert ws is not None
-                await self._read_frames(ws)
-                self._connected.clear()
-                self._record_close(ws)
-                if self.mailbox is not None and not self._closing:
-                    # Pushes sent while we are away are lost; the next session must SYNC.
-                    self.mailbox.request_sync()
-                self.rooms.connection_lost()
-                reason = "client closed the connection" if self._closing else "connection lost"
-                self._fail_pending(ConnectionLost(reason, self.close_code))
-                if not self._should_reconnect():
-                    return
-                logger.warning("connection lost (close code %s), reconnecting", self.close_code)
-                if not await self._reconnect():
-                    return
-                self.reconnects += 1
-                self._start_reconnect_hooks()
-        except Exception as error:  # a reader bug must not leave requests hanging
-            logger.exception("qimclient reader stopped")
-            self.last_error = error
-            self._connected.clear()
-            self._fail_pending(ConnectionLost(f"reader stopped: {error}", self.close_code))
-        finally:
-            if not self._connected.is_set():
-                self._finished.set()
 
     async def _read_frames(self, ws: ClientConnection) -> None:
         try:
@@ -450,62 +347,6 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         if self.mailbox is not None and frame_type == "EVENT":
             self.mailbox.offer(frame.get("event"))
 
-    def _should_reconnect(self) -> bool:
-        if self._closing or not self.reconnect:
-            return False
-        if self.close_code in _FINAL_CLOSE_CODES:
-            self.last_error = ConnectionLost("server revoked the session", self.close_code)
-            return False
-        return True
-
-    async def _reconnect(self) -> bool:
-        """Retry open+AUTH with backoff; False when closing or the token is refused."""
-        attempt = 0
-        while not self._closing:
-            delay = self.backoff.delay(attempt)
-            attempt += 1
-            logger.info("reconnecting in %.2f s (attempt %d)", delay, attempt)
-            await asyncio.sleep(delay)
-            try:
-                ws, auth_ok = await self._open_and_authenticate()
-            except AuthError as error:
-                if error.code == "unauthenticated" or error.close_code in _FINAL_CLOSE_CODES:
-                    logger.error("reconnect refused, giving up: %s", error)
-                    self.last_error = error
-                    return False
-                logger.info("reconnect attempt %d failed: %s", attempt, error)
-            except Exception as error:
-                logger.info("reconnect attempt %d failed: %r", attempt, error)
-            else:
-                if self._closing:
-                    await ws.close()
-                    return False
-                self._install(ws, auth_ok)
-                return True
-        return False
-
-    def _start_reconnect_hooks(self) -> None:
-        # A task of its own: hooks call request(), whose replies need this reader running.
-        self._spawn(self._run_reconnect_hooks(), "qimclient-on-reconnect")
-
-    def _spawn(self, work: Awaitable[None], name: str) -> None:
-        task = asyncio.ensure_future(work)
-        task.set_name(name)
-        self._hook_tasks.add(task)
-        task.add_done_callback(self._hook_tasks.discard)
-
-    async def _run_reconnect_hooks(self) -> None:
-        # Rooms first, so that hooks (and room_send retries) find them joined again.
-        try:
-            await self.rooms.rejoin_all()
-        except Exception:
-            logger.exception("rejoining rooms failed")
-        for hook in list(self.on_reconnect):
-            try:
-                await hook(self)
-            except Exception:
-                logger.exception("on_reconnect hook %r failed", hook)
-
     # Internals: bookkeeping
 
     def _require_socket(self) -> ClientConnection:
@@ -537,8 +378,3 @@ class QimClient(ConversationRequests, MailboxAccess, RoomRequests, RegistryAcces
         logger.warning("ignoring a frame that is not a JSON object: %.200r", message)
 
 
-def _code_of(closed: ConnectionClosed) -> int | None:
-    """The close code the peer sent, else ours (None if neither side sent one)."""
-    if closed.rcvd is not None:
-        return closed.rcvd.code
-    return closed.sent.code if closed.sent is not None else None
