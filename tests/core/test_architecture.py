@@ -168,3 +168,28 @@ def test_the_checks_see_what_they_check():
     toy = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [c for c in strongly_connected(toy) if len(c) > 1] == [["a", "b", "c"]]
     assert _cycle_in(["a", "b", "c"], toy) == ["a", "b", "c", "a"]
+
+
+# Issue #20's size bar: a module a newcomer can hold in mind, a function that fits a screen.
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_module_over_400_lines():
+    long = [
+        f"{path.relative_to(REPO)}: {count} lines"
+        for path in project_modules().values()
+        if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(sorted(long))
+
+
+def test_no_function_over_60_lines():
+    long = []
+    for path in project_modules().values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {length} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(sorted(long))
