@@ -13,7 +13,7 @@ VAPID_KEY_FILE := var/vapid-private.pem
 VAPID_ENV := QIM_VAPID_PRIVATE_KEY="$${QIM_VAPID_PRIVATE_KEY:-$$(cat $(VAPID_KEY_FILE))}" \
   QIM_VAPID_SUBJECT="$${QIM_VAPID_SUBJECT:-mailto:admin@localhost}"
 
-.PHONY: run worker test deps services bench clean web
+.PHONY: run worker cluster test deps services bench clean web
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,13 +48,22 @@ worker: deps
 	@[ -n "$${QIM_VAPID_PRIVATE_KEY}" ] || $(PY) manage.py qim_vapid_key --out $(VAPID_KEY_FILE) >/dev/null
 	$(VAPID_ENV) $(PY) manage.py qim_push_worker
 
+# The whole topology on one machine (deploy/cluster.py all): its own PostgreSQL and Redis
+# under var/cluster, two nodes (8001, 8002), a push worker and nginx on :8000 in front; the
+# demo tenant's admin token is written to var/cluster/demo-admin.json. Ctrl-C stops it all.
+cluster: deps web services
+	$(PY) deploy/cluster.py all
+
 # Debian packages the suite starts for real: Redis and PostgreSQL; Node.js and npm for the
 # TypeScript SDK's suite (clients/js, run by tests/client/test_js_sdk.py) and the web client;
 # Chromium for the browser tests (tests/browser: Playwright drives /usr/bin/chromium, no
-# browser download), with an emoji font so reactions render in its screenshots.
+# browser download), with an emoji font so reactions render in its screenshots; nginx for the
+# local cluster (make cluster, tests/deploy).
 services:
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server postgresql >/dev/null)
+	@test -x /usr/sbin/nginx \
+	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null)
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null)
 	@test -x /usr/bin/chromium && test -d /usr/share/fonts/truetype/noto \
