@@ -13,7 +13,7 @@ import weakref
 
 from django.conf import settings
 from limits import RateLimitItem, RateLimitItemPerSecond
-from limits.aio.storage import MemoryStorage, RedisStorage
+from limits.aio.storage import MemoryStorage, RedisSentinelStorage, RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from qim.errors import Refused
@@ -37,7 +37,9 @@ def _limiter() -> MovingWindowRateLimiter:
     loop = asyncio.get_running_loop()
     limiter = _limiters.get(loop)
     if limiter is None:
-        if settings.QIM_REDIS_URL:
+        if settings.QIM_REDIS_SENTINELS:
+            storage = sentinel_storage()
+        elif settings.QIM_REDIS_URL:
             storage = RedisStorage(
                 "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate",
                 **resilient_options(),
@@ -47,6 +49,17 @@ def _limiter() -> MovingWindowRateLimiter:
         limiter = MovingWindowRateLimiter(storage)
         _limiters[loop] = limiter
     return limiter
+
+
+def sentinel_storage() -> RedisSentinelStorage:
+    """The windows on the master Sentinel names, never on a replica (a moving window read
+    from a lagging replica would let a burst through)."""
+    sentinel_password = settings.QIM_REDIS_SENTINEL_PASSWORD
+    return RedisSentinelStorage(
+        "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate",
+        use_replicas=False, sentinel_kwargs={"password": sentinel_password} if sentinel_password else None,
+        db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD, **resilient_options(),
+    )
 
 
 async def check_rate(name: str, per_second: float, *identifiers: str) -> None:

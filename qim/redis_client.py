@@ -1,4 +1,5 @@
-"""One asyncio Redis client per event loop, for the presence directory, leases and calls.
+"""One asyncio Redis client per event loop, for the presence directory, leases and calls
+(one server, or the master Sentinel names: qim/redis_topology.py).
 
 Its pool makes a caller wait for a free connection when all QIM_REDIS_MAX_CONNECTIONS are in
 use (redis-py's default pool raises MaxConnectionsError instead: 500 sockets joining a room or
@@ -16,6 +17,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from qim.outage import resilient_options
+from qim.redis_topology import sentinel_client
 
 _clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis]" = (
     weakref.WeakKeyDictionary()
@@ -27,13 +29,25 @@ def get_redis() -> aioredis.Redis:
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        pool = aioredis.BlockingConnectionPool.from_url(
-            settings.QIM_REDIS_URL,
-            decode_responses=True,
-            max_connections=settings.QIM_REDIS_MAX_CONNECTIONS,
-            timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
-            **resilient_options(),
-        )
-        client = aioredis.Redis(connection_pool=pool)
+        client = _new_client()
         _clients[loop] = client
     return client
+
+
+def _new_client() -> aioredis.Redis:
+    if settings.QIM_REDIS_SENTINELS:
+        return sentinel_client(
+            settings.QIM_REDIS_SENTINELS, settings.QIM_REDIS_SENTINEL_MASTERS[0],
+            db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD,
+            sentinel_password=settings.QIM_REDIS_SENTINEL_PASSWORD,
+            max_connections=settings.QIM_REDIS_MAX_CONNECTIONS, timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
+            options=resilient_options(),
+        )
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.QIM_REDIS_URL,
+        decode_responses=True,
+        max_connections=settings.QIM_REDIS_MAX_CONNECTIONS,
+        timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
+        **resilient_options(),
+    )
+    return aioredis.Redis(connection_pool=pool)

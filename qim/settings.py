@@ -10,8 +10,10 @@ import warnings
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from qim.outage import resilient_options
+from qim.redis_topology import channel_layer_hosts, parse_sentinels, sentinel_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("QIM_VAR_DIR", BASE_DIR / "var"))
@@ -52,6 +54,21 @@ QIM_REDIS_URL = env.str("QIM_REDIS_URL", default="")
 # past this many in use, callers wait up to the timeout for one (qim/redis_client.py).
 QIM_REDIS_MAX_CONNECTIONS = env.int("QIM_REDIS_MAX_CONNECTIONS", default=100)
 QIM_REDIS_POOL_TIMEOUT_S = env.float("QIM_REDIS_POOL_TIMEOUT_S", default=10.0)
+# Redis under Sentinel (qim/redis_topology.py): the sentinels (host:port, ...) and the name
+# of the master they watch, instead of QIM_REDIS_URL (derived from them). Several names shard
+# the channel layer over several masters; the first also carries everything else.
+QIM_REDIS_SENTINELS = parse_sentinels(env.list("QIM_REDIS_SENTINELS", default=[]))
+QIM_REDIS_SENTINEL_MASTERS = env.list("QIM_REDIS_SENTINEL_MASTER", default=["qim"])
+QIM_REDIS_DB = env.int("QIM_REDIS_DB", default=0)
+QIM_REDIS_PASSWORD = env.str("QIM_REDIS_PASSWORD", default="") or None
+QIM_REDIS_SENTINEL_PASSWORD = env.str("QIM_REDIS_SENTINEL_PASSWORD", default="") or None
+if QIM_REDIS_SENTINELS:
+    if QIM_REDIS_URL:
+        raise ImproperlyConfigured("set QIM_REDIS_URL or QIM_REDIS_SENTINELS, not both")
+    QIM_REDIS_URL = sentinel_url(QIM_REDIS_SENTINELS, QIM_REDIS_SENTINEL_MASTERS[0])
+# More Redis servers for the channel layer alone (channels-redis hashes channels and groups
+# over them); without Sentinel. Empty: the channel layer uses QIM_REDIS_URL.
+QIM_CHANNEL_LAYER_REDIS_URLS = env.list("QIM_CHANNEL_LAYER_REDIS_URLS", default=[])
 QIM_FAULT = env.str("QIM_FAULT", default="")
 
 # --- tunables (design doc; protocol.md §1): name -> default, unit in the suffix ----------
@@ -316,10 +333,13 @@ if QIM_REDIS_URL:
                 # Retries on a connection broken by a redis-server restart (qim/outage.py). Its
                 # pool does not wait for a free connection: redis-py 8 caps a pool at 100 and
                 # raises MaxConnectionsError past it, which a node met with 200 joins at once.
-                "hosts": [{
-                    "address": QIM_REDIS_URL, "socket_timeout": 15,
-                    "max_connections": QIM_LAYER_MAX_CONNECTIONS, **resilient_options(),
-                }],
+                "hosts": channel_layer_hosts(
+                    url=QIM_REDIS_URL, shard_urls=QIM_CHANNEL_LAYER_REDIS_URLS,
+                    sentinels=QIM_REDIS_SENTINELS, masters=QIM_REDIS_SENTINEL_MASTERS, db=QIM_REDIS_DB,
+                    password=QIM_REDIS_PASSWORD, sentinel_password=QIM_REDIS_SENTINEL_PASSWORD,
+                    options={"socket_timeout": 15, "max_connections": QIM_LAYER_MAX_CONNECTIONS,
+                             **resilient_options()},
+                ),
                 "prefix": "qim:layer:",
                 "capacity": 1000,
                 "expiry": 30,

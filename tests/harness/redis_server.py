@@ -22,6 +22,8 @@ class RedisServer:
     process: subprocess.Popen | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="qim-redis-")))
     starts: int = 0
+    # More redis-server arguments (a replica's --replicaof).
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -33,7 +35,7 @@ class RedisServer:
         log = open(self.workdir / "redis.log", "a")
         self.process = subprocess.Popen(
             [executable, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--databases", "64"],
+             "--dir", str(self.workdir), "--databases", "64", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT,
         )
         wait_for_port(self.host, self.port, timeout=30)
