@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 1.0
 REREPORT_S = 3.0
+# The node message carrying a writer's batch to a node with members.
+ROOM_EVENTS = "room.events"
 
 
 def room_key(tenant_id: int, room_id: str) -> str:
@@ -168,13 +170,11 @@ class RoomService:
     # --- delivery ------------------------------------------------------------------------
 
     async def publish(self, node_id: str, message: dict[str, Any]) -> None:
-        """The writer's batch to one node: straight into this node's rooms when local."""
-        if node_id == self.node.node_id:
-            self.local.on_events(message)
-            return
-        # A full channel drops the batch (counted, logged): that node's members see the gap
-        # in room_seq and replay it from the ring.
-        await self.node.layer_send(node_id, {"type": "room.events", **message}, f"a batch of room {message['room']}")
+        """The writer's batch to one node (this one included) on the one node-to-node path.
+
+        A full channel drops the batch (counted, logged): that node's members see the gap in
+        room_seq and replay it from the ring."""
+        await self.node.send_to_node(node_id, {"type": ROOM_EVENTS, **message}, f"a batch of room {message['room']}")
 
     # --- background ---------------------------------------------------------------------
 
@@ -310,6 +310,6 @@ async def answer_users(node: ConnectionNode, body: dict[str, Any]) -> dict[str, 
     return {"user_ids": users}
 
 
-@node_message_handler("room.events")
+@node_message_handler(ROOM_EVENTS)
 async def receive_events(node: ConnectionNode, message: dict[str, Any]) -> None:
     get_room_service().local.on_events(message)

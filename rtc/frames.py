@@ -11,10 +11,10 @@ from qim.errors import Refused
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.node import ConnectionNode, node_message_handler, on_disconnect
+from qim.gateway.node import ConnectionNode, on_disconnect, on_push_delivered
 from qim.ratelimit import check_rate
 from rtc.lifecycle import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
-from rtc.relay import DELIVER, write_to_local_devices
+from rtc.relay import RTC_PUSH
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Action = Literal["invite", "ringing", "accept", "reject", "cancel", "hangup", "sdp", "candidate"]
@@ -55,12 +55,11 @@ async def handle_rtc_signal(conn: Connection, frame: RtcSignal) -> dict:
     return ack.frame()
 
 
-@node_message_handler(DELIVER)
-async def on_rtc_deliver(node: ConnectionNode, message: dict[str, Any]) -> None:
-    # A node that serves a party watches for orphaned calls too (rtc/ring_timer.py,
-    # rtc/departures.py OrphanedCalls).
+@on_push_delivered(RTC_PUSH)
+async def sweep_where_signals_go(node: ConnectionNode) -> None:
+    """A node that serves a party watches for ring timeouts and orphaned calls too
+    (rtc/ring_timer.py, rtc/departures.py OrphanedCalls), even when its party never answers."""
     ensure_sweeping()
-    await write_to_local_devices(node, message)
 
 
 @on_disconnect

@@ -3,17 +3,15 @@ them: online connections only, nothing stored (design §5)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from qim.gateway import codec
-from qim.gateway.node import ConnectionNode, get_node
+from qim.gateway.node import get_node
+from qim.gateway.user_push import UserPush
 from rtc.calls import Call
 
-logger = logging.getLogger(__name__)
-
-# The channel-layer message a node gets to write one RTC_SIGNAL to some of its sockets.
-DELIVER = "rtc.deliver"
+# UserPush.kind of an RTC_SIGNAL: a node it reaches starts its call sweeps (rtc/frames.py).
+RTC_PUSH = "rtc.signal"
 
 
 def signal_text(
@@ -39,34 +37,21 @@ def signal_text(
 async def deliver_to_devices(
     tenant_id: int, user_id: str, text: str, *, only: str | None = None, exclude: str | None = None
 ) -> int:
-    """Write `text` to the user's online connections of device `only` (or of every device but
-    `exclude`), one channel-layer message per node that holds any; answers how many devices
-    it was addressed to (0: none of them is online)."""
+    """Push `text` to the user's online connections of device `only` (or of every device but
+    `exclude`), a UserPush on the one node-to-node path; answers how many devices it was
+    addressed to (0: none of them is online, and nothing is sent)."""
     node = get_node()
     online = (await node.directory.online_devices(tenant_id, [user_id])).get(user_id, set())
     targets = ({only} & online) if only is not None else online - {exclude}
     if not targets:
         return 0
-    message = {"type": DELIVER, "tenant": tenant_id, "user": user_id, "devices": sorted(targets), "text": text}
-    for node_id in await node.directory.nodes_of(tenant_id, [user_id]):
-        if node_id == node.node_id:
-            await write_to_local_devices(node, message)
-            continue
-        # Signals are best effort, like every push; the ring timeout ends a lost call.
-        await node.layer_send(node_id, message, "RTC_SIGNAL")
+    # Signals are best effort, like every push; the ring timeout ends a lost call.
+    await node.send_to_users(UserPush(
+        tenant_id=tenant_id, user_ids=[user_id], text=text, kind=RTC_PUSH,
+        only_device=(user_id, only) if only is not None else None,
+        exclude_device=(user_id, exclude) if exclude is not None else None,
+    ))
     return len(targets)
-
-
-async def write_to_local_devices(node: ConnectionNode, message: dict[str, Any]) -> None:
-    """This node's half of `deliver_to_devices`: the named devices' local sockets."""
-    devices = set(message["devices"])
-    for conn in list(node.local_connections_of((message["tenant"], message["user"]))):
-        if conn.device_id not in devices:
-            continue
-        try:
-            await conn.send_text(message["text"])
-        except Exception as exc:  # a socket closing under us is not a server fault
-            logger.warning("writing RTC_SIGNAL to %s failed: %s", conn.connection_id, exc)
 
 
 def route_to_other_party(call: Call, from_user_id: str) -> tuple[str, str | None]:
