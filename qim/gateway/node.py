@@ -27,6 +27,7 @@ from qim.errors import Refused
 from qim.gateway.codec import encode
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.foreground import ForegroundWork
+from qim.log_context import unbound
 from qim.gateway.presence import (
     MemoryPresenceDirectory,
     PresenceDirectory,
@@ -133,10 +134,11 @@ class ConnectionNode:
         if self._started:
             return
         self._started = True
-        self._tasks.append(asyncio.create_task(self._listen(), name="qim-node-listen"))
-        self._tasks.append(asyncio.create_task(self._heartbeat(), name="qim-node-heartbeat"))
-        for hook in _start_hooks:
-            self._tasks.append(asyncio.create_task(hook(self), name=f"qim-node-{hook.__name__}"))
+        with unbound():  # the first socket's context is not the node's
+            self._tasks.append(asyncio.create_task(self._listen(), name="qim-node-listen"))
+            self._tasks.append(asyncio.create_task(self._heartbeat(), name="qim-node-heartbeat"))
+            for hook in _start_hooks:
+                self._tasks.append(asyncio.create_task(hook(self), name=f"qim-node-{hook.__name__}"))
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
