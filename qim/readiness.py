@@ -14,9 +14,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from qim.db_outage import RETRY_AFTER_MS
 from qim.gateway.node import get_node
@@ -82,7 +84,7 @@ async def run_check(name: str, check: Callable[[], Awaitable[None]]) -> dict[str
         await asyncio.wait_for(check(), timeout)
         result: dict[str, Any] = {"ok": True, "ms": round((time.monotonic() - started) * 1000, 1)}
         why = ""
-    except TimeoutError:
+    except (TimeoutError, RedisTimeoutError):
         result = {"ok": False, "error": "timeout", "detail": f"no answer within {timeout:g} s"}
         why = result["detail"]
     except Exception as exc:
@@ -114,11 +116,13 @@ def scrubbed(text: str) -> str:
     return text
 
 
+@csrf_exempt  # answers every method, a 405 included, as {code, message}; it changes nothing
 async def ready(request: HttpRequest) -> JsonResponse:
     """200 {"status": "ready", checks} or 503 {code: unavailable, message, checks}; no auth (a
     probe), and nothing in it a stranger could use: check names, outcomes, exception classes."""
     if request.method not in ("GET", "HEAD"):
-        return JsonResponse({"code": "method_not_allowed", "message": "GET only"}, status=405, headers={"Allow": "GET, HEAD"})
+        refusal = {"code": "method_not_allowed", "message": "GET only"}
+        return JsonResponse(refusal, status=405, headers={"Allow": "GET, HEAD"})
     names = list(checks())
     results = dict(zip(names, await asyncio.gather(*(run_check(n, c) for n, c in checks().items()))))
     node_id = get_node().node_id
@@ -130,4 +134,8 @@ async def ready(request: HttpRequest) -> JsonResponse:
         "retry_after_ms": RETRY_AFTER_MS, "status": "not_ready", "node_id": node_id,
         "failed": failed, "checks": results,
     }
-    return JsonResponse(answer, status=503, headers={"Retry-After": str(max(1, RETRY_AFTER_MS // 1000))})
+    response = JsonResponse(answer, status=503, headers={"Retry-After": str(max(1, RETRY_AFTER_MS // 1000))})
+    # Django logs every 5xx as an ERROR (django.request): a probe every few seconds would log
+    # one each time; our WARNING when a check starts failing says it once (Django's own flag).
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response

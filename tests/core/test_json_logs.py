@@ -95,7 +95,8 @@ async def test_gateway_lines_are_json_and_carry_the_connection_and_the_frame(jso
         assert (bad["type"], bad["code"]) == ("ERROR", "bad_frame")
         assert await flood_until_closed(ws) == CLOSE_FLOODING
 
-    connection = {"tenant": "acme", "user_id": alice.user_id, "device_id": "phone", "connection_id": ok["connection_id"]}
+    connection = {"tenant": "acme", "user_id": alice.user_id, "device_id": "phone",
+                  "connection_id": ok["connection_id"]}
     await wait_until(lambda: any("as flooding" in r.get("message", "") for r in json_lines(node.log_path)),
                      PATIENCE_S, "the flooding WARNING logged")
     records = json_lines(node.log_path)
