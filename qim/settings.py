@@ -393,7 +393,7 @@ QIM_READY_TIMEOUT_S = env.float("QIM_READY_TIMEOUT_S", default=2.0)
 # `text` (the default, `make run`): one plain line per record, the connection and frame
 # context appended in brackets; `json`: one JSON object per line (python-json-logger), the
 # context as fields, a traceback in the one `exc_info` field.
-QIM_LOG_FORMAT = env.str("QIM_LOG_FORMAT", default="text").strip().lower()
+QIM_LOG_FORMAT = env.str("QIM_LOG_FORMAT", default="text").strip().lower() or "text"
 if QIM_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"QIM_LOG_FORMAT must be text or json, not {QIM_LOG_FORMAT!r}")
 _LOG_FORMATTERS = {
