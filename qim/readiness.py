@@ -123,8 +123,8 @@ async def ready(request: HttpRequest) -> JsonResponse:
     if request.method not in ("GET", "HEAD"):
         refusal = {"code": "method_not_allowed", "message": "GET only"}
         return JsonResponse(refusal, status=405, headers={"Allow": "GET, HEAD"})
-    names = list(checks())
-    results = dict(zip(names, await asyncio.gather(*(run_check(n, c) for n, c in checks().items()))))
+    found = checks()
+    results = dict(zip(found, await asyncio.gather(*(run_check(name, check) for name, check in found.items()))))
     node_id = get_node().node_id
     failed = [name for name, result in results.items() if not result["ok"]]
     if not failed:

@@ -182,7 +182,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if self._revoked:
             return
         if self.conn is None:
-            await self._authenticate(text_data, size)
+            with frame_scope("AUTH", req_id_of(text_data)):
+                await self._authenticate(text_data, size)
             return
         if not await self._within_inbound_budget(text_data):
             return

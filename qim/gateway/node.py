@@ -27,12 +27,12 @@ from qim.errors import Refused
 from qim.gateway.codec import encode
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.foreground import ForegroundWork
-from qim.log_context import unbound
 from qim.gateway.presence import (
     MemoryPresenceDirectory,
     PresenceDirectory,
     RedisPresenceDirectory,
 )
+from qim.log_context import unbound
 
 if TYPE_CHECKING:
     from qim.gateway.user_push import UserPush

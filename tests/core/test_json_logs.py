@@ -104,6 +104,7 @@ async def test_gateway_lines_are_json_and_carry_the_connection_and_the_frame(jso
         assert {"time", "level", "logger", "message"} <= record.keys(), record
         assert record["node_id"] == node.node_id, record
     handled = {r["req_id"]: r for r in records if r["logger"] == "qim.gateway.frames"}
+    assert context_of(handled["a1"]) == {**connection, "type": "AUTH", "req_id": "a1"}
     assert context_of(handled["s-good"]) == {**connection, "type": "SEND", "req_id": "s-good"}
     assert context_of(handled["s-bad"]) == {**connection, "type": "SEND", "req_id": "s-bad"}
     [flooding] = [r for r in records if "as flooding" in r["message"]]
