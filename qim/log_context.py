@@ -5,6 +5,8 @@ the connection (actions in ORM threads: asgiref and asyncio.to_thread copy the c
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -87,3 +89,23 @@ class TextFormatter(logging.Formatter):
         shown = [f"{_TEXT_LABELS[name]}={getattr(record, name)}" for name in FIELDS if hasattr(record, name)]
         line = super().formatMessage(record)
         return f"{line} [{' '.join(shown)}]" if shown else line
+
+
+def capture_stray_output() -> None:
+    """QIM_LOG_FORMAT=json: Python warnings and exceptions nothing caught (in any thread) become
+    log records, so they reach the log as JSON lines with the traceback in `exc_info`, not as
+    raw lines on stderr."""
+    logging.captureWarnings(True)
+    uncaught = logging.getLogger("qim.uncaught")
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if not issubclass(args.exc_type, SystemExit):
+            name = args.thread.name if args.thread is not None else "?"
+            uncaught.error("uncaught exception in thread %s", name,
+                           exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # type: ignore[arg-type]
+
+    def process_hook(exc_type, exc_value, exc_traceback) -> None:  # type: ignore[no-untyped-def]
+        uncaught.critical("uncaught exception", exc_info=(exc_type, exc_value, exc_traceback))
+
+    threading.excepthook = thread_hook
+    sys.excepthook = process_hook

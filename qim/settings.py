@@ -396,6 +396,10 @@ QIM_READY_TIMEOUT_S = env.float("QIM_READY_TIMEOUT_S", default=2.0)
 QIM_LOG_FORMAT = env.str("QIM_LOG_FORMAT", default="text").strip().lower() or "text"
 if QIM_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"QIM_LOG_FORMAT must be text or json, not {QIM_LOG_FORMAT!r}")
+if QIM_LOG_FORMAT == "json":
+    from qim.log_context import capture_stray_output
+
+    capture_stray_output()
 _LOG_FORMATTERS = {
     "text": {"()": "qim.log_context.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     "json": {

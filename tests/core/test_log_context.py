@@ -111,3 +111,24 @@ def test_log_format_takes_text_or_json_only() -> None:
     refused = subprocess.run([sys.executable, "-c", probe], env=process_env({"QIM_LOG_FORMAT": "xml"}),
                              cwd=REPO, capture_output=True, text=True)
     assert refused.returncode != 0 and "QIM_LOG_FORMAT must be text or json, not 'xml'" in refused.stderr
+
+
+STRAY = """
+import django, threading, warnings
+django.setup()
+warnings.warn("a stray warning")
+thread = threading.Thread(target=lambda: 1 / 0, name="worker-1")
+thread.start()
+thread.join()
+"""
+
+
+def test_json_mode_turns_warnings_and_uncaught_exceptions_into_json_lines() -> None:
+    done = subprocess.run([sys.executable, "-c", STRAY], env=process_env({"QIM_LOG_FORMAT": "json"}),
+                          cwd=REPO, capture_output=True, text=True, check=True)
+    records = [json.loads(line) for line in done.stderr.splitlines()]  # a raw line fails here
+    warning, uncaught = records
+    assert (warning["logger"], warning["level"]) == ("py.warnings", "WARNING")
+    assert "a stray warning" in warning["message"]
+    assert (uncaught["logger"], uncaught["message"]) == ("qim.uncaught", "uncaught exception in thread worker-1")
+    assert "ZeroDivisionError" in uncaught["exc_info"]
