@@ -51,3 +51,17 @@ def _new_client() -> aioredis.Redis:
         **resilient_options(),
     )
     return aioredis.Redis(connection_pool=pool)
+
+
+def probe_client(timeout: float) -> aioredis.Redis:
+    """A client of its own without the pool's retries, for readiness probes (qim/readiness.py):
+    one server, or the master the sentinels name now."""
+    options = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
+    if settings.QIM_REDIS_SENTINELS:
+        return sentinel_client(
+            settings.QIM_REDIS_SENTINELS, settings.QIM_REDIS_SENTINEL_MASTERS[0],
+            db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD,
+            sentinel_password=settings.QIM_REDIS_SENTINEL_PASSWORD, max_connections=1, timeout=timeout,
+            options=options,
+        )
+    return aioredis.Redis.from_url(settings.QIM_REDIS_URL, retry_on_timeout=False, **options)

@@ -406,16 +406,40 @@ STORAGES = {
 # about it on every first file; the files are small and this is the documented set-up.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
+# --- operations: readiness and log format (issue #21 items 2-3; docs/operations.md §7, §8) ---
+# GET /api/v1/ready gives each check (database, Redis) this long before calling it failed.
+QIM_READY_TIMEOUT_S = env.float("QIM_READY_TIMEOUT_S", default=2.0)
+# `text` (the default, `make run`): one plain line per record, the connection and frame
+# context appended in brackets; `json`: one JSON object per line (python-json-logger), the
+# context as fields, a traceback in the one `exc_info` field.
+QIM_LOG_FORMAT = env.str("QIM_LOG_FORMAT", default="text").strip().lower() or "text"
+if QIM_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"QIM_LOG_FORMAT must be text or json, not {QIM_LOG_FORMAT!r}")
+if QIM_LOG_FORMAT == "json":
+    from qim.log_context import capture_stray_output
+
+    capture_stray_output()
+_LOG_FORMATTERS = {
+    "text": {"()": "qim.log_context.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    "json": {
+        "()": "pythonjsonlogger.json.JsonFormatter", "fmt": "%(levelname)s %(name)s %(message)s",
+        "rename_fields": {"levelname": "level", "name": "logger"}, "timestamp": "time",
+    },
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {"plain": _LOG_FORMATTERS[QIM_LOG_FORMAT]},
     # An outage (database away, Redis unreachable) is logged as one WARNING line per failure,
-    # not as a crash (qim/db_outage.py, qim/outage.py).
+    # not as a crash (qim/db_outage.py, qim/outage.py). `log_context` adds node_id and the
+    # connection and frame being handled (qim/log_context.py).
     "handlers": {"console": {
-        "class": "logging.StreamHandler", "formatter": "plain", "filters": ["database_unavailable", "redis_outage"],
+        "class": "logging.StreamHandler", "formatter": "plain",
+        "filters": ["database_unavailable", "redis_outage", "log_context"],
     }},
     "filters": {
+        "log_context": {"()": "qim.log_context.ContextFilter"},
         "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
         "database_unavailable": {"()": "qim.db_outage.DatabaseUnavailableFilter"},
         "redis_outage": {"()": "qim.outage.RedisOutageFilter"},

@@ -25,6 +25,7 @@ from qim.conf import limit
 from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_message_handler
+from qim.log_context import unbound
 from rooms.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore, node_of
 from rooms.local import LocalRoom, LocalRooms
 from rooms.models import Room
@@ -78,11 +79,12 @@ class RoomService:
         way stays wrong."""
         if not self._started:
             self._started = True
-            spawn(self._renew_leases(), name="qim-room-leases")
-            # Every second: tell each of our rooms' writers how many members we have (a new
-            # writer learns it this way), and let our writers forget nodes that died.
-            reports = every(1.0, self._report_once, log=logger, failed="reporting room counts failed")
-            spawn(reports, name="qim-room-counts")
+            with unbound():  # started by the first ROOM_JOIN here, but not that socket's work
+                spawn(self._renew_leases(), name="qim-room-leases")
+                # Every second: tell each of our rooms' writers how many members we have (a new
+                # writer learns it this way), and let our writers forget nodes that died.
+                reports = every(1.0, self._report_once, log=logger, failed="reporting room counts failed")
+                spawn(reports, name="qim-room-counts")
 
     # --- finding (or becoming) the writer -------------------------------------------------
 

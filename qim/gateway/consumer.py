@@ -27,6 +27,7 @@ from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
+from qim.log_context import bind_connection, frame_scope
 from qim.outage import outage_of
 from qim.queries import identity_for_token
 from qim.queries.identity import token_expires_at_ms
@@ -181,7 +182,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if self._revoked:
             return
         if self.conn is None:
-            await self._authenticate(text_data, size)
+            with frame_scope("AUTH", req_id_of(text_data)):
+                await self._authenticate(text_data, size)
             return
         if not await self._within_inbound_budget(text_data):
             return
@@ -240,7 +242,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             )
             return
         # Room ticks give way while a conversation frame is handled, its reply included.
-        with get_node().foreground.handling() if route.foreground else nullcontext():
+        with get_node().foreground.handling() if route.foreground else nullcontext(), frame_scope(frame_type, req_id):
             await self._handle(route, raw, req_id, text)
 
     async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None, text: str) -> None:
@@ -305,6 +307,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             token_issued_ms=identity.token_issued_ms,
             close_for_credentials=self._close_for_credentials,
         )
+        bind_connection(self.conn)
         try:
             await node.register(self.conn)
         except Exception as exc:

@@ -41,6 +41,7 @@ from qim.gateway.presence import (
 )
 from qim.gateway.presence_watch import PresenceWatch
 from qim.gateway.user_push import UserPush
+from qim.log_context import unbound
 
 # Where apps have always imported the registration decorators from.
 __all__ = [
@@ -85,10 +86,11 @@ class ConnectionNode:
         if self._started:
             return
         self._started = True
-        self._tasks.append(asyncio.create_task(self.path.listen(), name="qim-node-listen"))
-        self._tasks.append(asyncio.create_task(self._heartbeat(), name="qim-node-heartbeat"))
-        for hook in start_hooks():
-            self._tasks.append(asyncio.create_task(hook(self), name=f"qim-node-{hook.__name__}"))
+        with unbound():  # the first socket's context is not the node's
+            self._tasks.append(asyncio.create_task(self.path.listen(), name="qim-node-listen"))
+            self._tasks.append(asyncio.create_task(self._heartbeat(), name="qim-node-heartbeat"))
+            for hook in start_hooks():
+                self._tasks.append(asyncio.create_task(hook(self), name=f"qim-node-{hook.__name__}"))
 
     async def _heartbeat(self) -> None:
         period = max(0.2, limit("presence_ttl_s") / 3)

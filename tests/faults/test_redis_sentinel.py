@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.conftest import QimDeployment, start_cluster
@@ -89,6 +90,10 @@ async def test_master_killed_the_replica_is_promoted_and_both_nodes_follow(
         times = {probe.__name__: await wait_until(probe, errors, PATIENCE_S)
                  for probe in recovery_probes(a1, b2, carol, conversation, room, (n1, n2))}
         resumed_s = time.monotonic() - killed
+        # Readiness asks the sentinels too: both nodes ready again, on the promoted master.
+        for node in (n1, n2):
+            await wait_for(lambda node=node: httpx.get(f"{node.http_url}/api/v1/ready", timeout=10).status_code == 200,
+                           PATIENCE_S, f"{node.node_id} ready")
         await asyncio.gather(*traffic)
         await retry_unacked(devices, history, deadline)
         assert history.unacked() == []

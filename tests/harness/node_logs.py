@@ -3,6 +3,7 @@ temp-dir rotation (under var/test-logs/, or QIM_TEST_LOG_DIR)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -11,14 +12,33 @@ from pathlib import Path
 
 from tests.harness.qim_process import REPO
 
-# A line that starts a new record: a log line, daphne's access log, a node (re)start marker.
-_RECORD_START = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d{1,3}(\.\d{1,3}){3}:\d+ - |==== start)")
+# A line that starts a new record: a log line (text or JSON, QIM_LOG_FORMAT), daphne's access
+# log, a node (re)start marker.
+_RECORD_START = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\{\"|\d{1,3}(\.\d{1,3}){3}:\d+ - |==== start)")
 # Enough of a log for a failure message; the whole file is kept beside it.
 MAX_REPORT_CHARS = 20_000
 
 
 def is_crash_line(line: str) -> bool:
+    record = json_record(line)
+    if record is not None:  # QIM_LOG_FORMAT=json: the same two signs, as fields
+        return "exc_info" in record or (record.get("level") == "ERROR" and _is_qim(record.get("logger")))
     return "Traceback" in line or " ERROR qim" in line
+
+
+def json_record(line: str) -> dict | None:
+    """The JSON object a QIM_LOG_FORMAT=json line holds, or None for any other line."""
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _is_qim(logger: object) -> bool:
+    return isinstance(logger, str) and (logger == "qim" or logger.startswith("qim"))
 
 
 def crash_blocks(text: str) -> list[str]:

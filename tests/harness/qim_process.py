@@ -177,6 +177,7 @@ class QimNode:
                 sys.executable, "-m", "daphne",
                 "-b", "127.0.0.1", "-p", str(self.port),
                 "--websocket-max-message-size", "1048576",
+                *self._access_log(env),
                 "qim.asgi:application",
             ],
             env=env,
@@ -186,6 +187,13 @@ class QimNode:
         )
         self._wait_healthy(timeout)
         return self
+
+    def _access_log(self, env: dict[str, str]) -> list[str]:
+        """daphne writes its access log as plain text to stdout: a JSON-logging node keeps it in
+        a file beside its log, as docs/operations.md §8 advises, so the log is JSON only."""
+        if env.get("QIM_LOG_FORMAT", "").lower() != "json":
+            return []
+        return ["--access-log", str(self.log_dir / f"{self.node_id}.access.log")]
 
     def _wait_healthy(self, timeout: float) -> None:
         wait_until_healthy(self.process, self.port, f"{self.http_url}/api/v1/health", self.log_path, self.node_id, timeout)

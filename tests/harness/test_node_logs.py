@@ -81,3 +81,22 @@ def test_a_tail_is_what_came_after_the_offset(tmp_path: Path) -> None:
         out.write("during\n")
     assert tail_since(log, offset) == "during\n"
     assert tail_since(log, offset, max_chars=3) == "[...]\nng\n"
+
+
+JSON_LOG = "\n".join([
+    "==== start 1 ====",
+    '{"level": "WARNING", "logger": "qim.gateway.consumer", "message": "closing connection c1 as flooding"}',
+    '{"level": "ERROR", "logger": "django.request", "message": "Not Found: /x"}',
+    '{"level": "ERROR", "logger": "qim.notify", "message": "push after commit failed"}',
+    '{"level": "WARNING", "logger": "rooms.local", "message": "odd", "exc_info": "Traceback (most recent call last):\\nKeyError: 1"}',
+    '{"level": "INFO", "logger": "qimclient", "message": "a message that says Traceback"}',
+])
+
+
+def test_json_lines_are_checked_by_their_fields() -> None:
+    """QIM_LOG_FORMAT=json nodes: an ERROR from a qim logger or any record with a traceback is
+    a crash, each one line; a message that merely says "Traceback" is not, nor another
+    library's ERROR."""
+    blocks = crash_blocks(JSON_LOG)
+    assert [block.count("\n") for block in blocks] == [0, 0]
+    assert "push after commit failed" in blocks[0] and '"exc_info"' in blocks[1]

@@ -21,7 +21,7 @@ from tests.harness.personas import PASSWORD, Persona, TenantHandle, api, api_ok
 
 _serial = itertools.count(1)
 # Endpoints that take no id of a tenant's object.
-NO_ID_ENDPOINTS = {"node-stats", "health", "rtc-ice-servers", "schema", "docs", "redoc", "push-vapid-public-key",
+NO_ID_ENDPOINTS = {"node-stats", "health", "ready", "rtc-ice-servers", "schema", "docs", "redoc", "push-vapid-public-key",
                    # Each acts on the caller's own tenant only (tests/push/test_push_credentials_api.py
                    # test_each_tenant_sees_and_changes_only_its_own).
                    "push-credentials", "push-credentials-apns", "push-credentials-fcm", "push-credentials-web",
