@@ -20,3 +20,5 @@ class UserPush:
     tail: str = ""
     per_user: dict[str, str] = field(default_factory=dict)
     exclude_device: tuple[str, str] | None = None
+    # When its transaction committed (time.perf_counter()), for qim_fanout_seconds.
+    committed_at: float | None = None
