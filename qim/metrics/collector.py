@@ -9,7 +9,10 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
+from qim.gateway.dispatch import registered_types
+from qim.gateway.errors import ERROR_CODES
 from qim.gateway.node import get_node
+from qim.metrics import instruments
 from qim.metrics.instruments import REGISTRY
 from qim.metrics.sources import counter, gauge, metrics_scraped
 
@@ -33,6 +36,11 @@ NODE_COUNTERS = {
     ),
     "presence_reconciled": ("qim_presence_reconciled", "PRESENCE notices corrected by the heartbeat."),
 }
+# The limits whose refusals are counted (qim/ratelimit.py, the inbound budget, room writers).
+KNOWN_LIMITS = (
+    "per_user_msg_rate", "per_user_reaction_rate", "room_msg_rate", "inbound_frame_rate",
+    "auth_token_rate_per_account", "auth_token_rate_per_address",
+)
 # How a frame reaches its socket (qim/gateway/wire.py): all three are frames out.
 FRAMES_WRITTEN = ("frames_written_direct", "frames_written_queued", "frames_written_autobahn")
 
@@ -56,6 +64,18 @@ class NodeCollector:
                 yield from source()
             except Exception:  # one app's bug must not cost the operator every other metric
                 logger.exception("metrics source %s failed", getattr(source, "__name__", source))
+
+
+def declare_known_labels() -> None:
+    """Every routed frame type, ERROR code and limit at 0 before its first count: a labelled
+    counter shows no sample until then, and an alert or a check on `qim_errors_total` must
+    find the name on a node that has had no error yet."""
+    for frame_type in ("AUTH", *registered_types()):
+        instruments.count_frame_in(frame_type, 0)
+    for code in ERROR_CODES:
+        instruments.count_error(code, 0)
+    for name in KNOWN_LIMITS:
+        instruments.count_rate_limited(name, 0)
 
 
 NODE_COLLECTOR = NodeCollector()

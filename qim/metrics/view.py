@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client.exposition import choose_encoder
 
-from qim.metrics.collector import NODE_COLLECTOR  # noqa: F401  (registers the node's collector)
+from qim.metrics.collector import declare_known_labels
 from qim.metrics.guard import check_scraper
 from qim.metrics.instruments import REGISTRY
 
@@ -26,5 +26,6 @@ async def metrics(request: HttpRequest) -> HttpResponse:
     if refusal is not None:
         headers = {"WWW-Authenticate": 'Bearer realm="qim-metrics"'} if refusal.status == 401 else None
         return JsonResponse({"code": refusal.code, "message": refusal.message}, status=refusal.status, headers=headers)
+    declare_known_labels()
     encode, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encode(REGISTRY), content_type=content_type)

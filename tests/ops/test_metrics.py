@@ -177,7 +177,13 @@ def non_loopback_address() -> str:
 
 def test_without_a_token_only_loopback_clients_read_metrics(open_node: QimDeployment) -> None:
     node = open_node.node
-    assert scrape(url(node)).value("qim_connections") == 0
+    fresh = scrape(url(node))
+    assert fresh.value("qim_connections") == 0
+    # A node that has seen no traffic still shows the labelled counters, at 0.
+    for name, label, value in (("qim_errors_total", "code", "internal"), ("qim_frames_in_total", "type", "SEND"),
+                               ("qim_frames_in_total", "type", "ROOM_SEND"),
+                               ("qim_rate_limited_total", "limit", "per_user_msg_rate")):
+        assert fresh.samples[(name, frozenset({(label, value)}))] == 0, (name, value)
     # A request a reverse proxy on this host forwarded comes from loopback but is a stranger's.
     for header in ("X-Forwarded-For", "X-Real-IP", "Forwarded"):
         proxied = get_metrics(url(node), **{header: "203.0.113.9"})

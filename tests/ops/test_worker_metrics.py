@@ -4,6 +4,8 @@ database it shares with the node, behind the same guard as the nodes' /metrics."
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from tests.core.test_offline_push import register_push
 from tests.harness.personas import TenantHandle
 from tests.harness.qim_process import REPO, process_env
 from tests.harness.services import free_port, wait_for_port
-from tests.ops.metrics_helpers import get_metrics, scrape_until
+from tests.ops.metrics_helpers import get_metrics, scrape, scrape_until
 
 TOKEN = "worker-scrape-secret"
 
@@ -101,3 +103,18 @@ def test_the_workers_metrics_have_the_same_guard(worker: str) -> None:
     elsewhere = get_metrics(worker.replace("/metrics", "/other"), TOKEN)
     assert (elsewhere.status_code, elsewhere.json()["code"]) == (404, "not_found")
     assert get_metrics(worker, TOKEN).status_code == 200
+
+
+def test_the_dashboard_queries_only_names_the_node_and_the_worker_export(outbox: QimDeployment, worker: str) -> None:
+    """docs/grafana/qim-dashboard.json: a renamed metric would leave a panel silently empty."""
+    dashboard = json.loads((REPO / "docs" / "grafana" / "qim-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    queried = {name for expr in exprs for name in re.findall(r"\bqim_[a-z0-9_]+", expr)}
+    exported = {name for current in (scrape(f"{outbox.node.http_url}/metrics", TOKEN), scrape(worker, TOKEN))
+                for name, _ in current.samples}
+    assert queried and queried <= exported, sorted(queried - exported)
+    titles = {panel["title"] for panel in dashboard["panels"]}
+    for first_look in ("Connections open", "SEND latency (frame to ACK)", "ERRORs by code",
+                       "Rate-limit refusals by limit", "Push backlog", "ChannelFull drops"):
+        assert first_look in titles, first_look
+    assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
