@@ -118,3 +118,14 @@ def test_the_dashboard_queries_only_names_the_node_and_the_worker_export(outbox:
                        "Rate-limit refusals by limit", "Push backlog", "ChannelFull drops"):
         assert first_look in titles, first_look
     assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def test_a_metrics_port_the_worker_cannot_take_stops_it_with_a_clear_error(outbox: QimDeployment, worker: str) -> None:
+    taken = worker.rsplit(":", 1)[1].split("/")[0]  # the running worker's port
+    done = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "qim_push_worker"],
+        env=process_env({**outbox.env, "QIM_WORKER_METRICS_PORT": taken}),
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"cannot serve metrics on 127.0.0.1:{taken}" in done.stderr and "Traceback" not in done.stderr

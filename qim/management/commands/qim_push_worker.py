@@ -74,9 +74,11 @@ def serving_metrics() -> Iterator[None]:
     if not settings.QIM_WORKER_METRICS_PORT:
         yield
         return
-    server = serve_metrics(
-        settings.QIM_WORKER_METRICS_BIND, settings.QIM_WORKER_METRICS_PORT, settings.QIM_METRICS_TOKEN
-    )
+    bind, port = settings.QIM_WORKER_METRICS_BIND, settings.QIM_WORKER_METRICS_PORT
+    try:
+        server = serve_metrics(bind, port, settings.QIM_METRICS_TOKEN)
+    except OSError as error:  # taken, or an address this host does not have
+        raise CommandError(f"cannot serve metrics on {bind}:{port} (QIM_WORKER_METRICS_*): {error}") from None
     try:
         yield
     finally:
