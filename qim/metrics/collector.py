@@ -67,7 +67,7 @@ class NodeCollector:
 
 
 def declare_known_labels() -> None:
-    """Every routed frame type, ERROR code and limit at 0 before its first count: a labelled
+    """Every routed frame type, ERROR code, limit and close code at 0 before its first count: a labelled
     counter shows no sample until then, and an alert or a check on `qim_errors_total` must
     find the name on a node that has had no error yet."""
     for frame_type in ("AUTH", *registered_types()):
@@ -76,6 +76,8 @@ def declare_known_labels() -> None:
         instruments.count_error(code, 0)
     for name in KNOWN_LIMITS:
         instruments.count_rate_limited(name, 0)
+    for close_code in instruments.KNOWN_CLOSE_CODES:
+        instruments.count_socket_closed(close_code, 0)
 
 
 NODE_COLLECTOR = NodeCollector()

@@ -93,9 +93,12 @@ def count_socket_accepted() -> None:
     SOCKETS_ACCEPTED.inc()
 
 
-def count_socket_closed(code: int | None) -> None:
+_closed: dict[str, Counter] = {}
+
+
+def count_socket_closed(code: int | None, amount: int = 1) -> None:
     label = str(code) if code in KNOWN_CLOSE_CODES else ("none" if code is None else "other")
-    SOCKETS_CLOSED.labels(label).inc()
+    _child(SOCKETS_CLOSED, _closed, label).inc(amount)
 
 
 def frame_handled(frame_type: str, started: float) -> None:

@@ -182,7 +182,8 @@ def test_without_a_token_only_loopback_clients_read_metrics(open_node: QimDeploy
     # A node that has seen no traffic still shows the labelled counters, at 0.
     for name, label, value in (("qim_errors_total", "code", "internal"), ("qim_frames_in_total", "type", "SEND"),
                                ("qim_frames_in_total", "type", "ROOM_SEND"),
-                               ("qim_rate_limited_total", "limit", "per_user_msg_rate")):
+                               ("qim_rate_limited_total", "limit", "per_user_msg_rate"),
+                               ("qim_connections_closed_total", "code", "4429")):
         assert fresh.samples[(name, frozenset({(label, value)}))] == 0, (name, value)
     # A request a reverse proxy on this host forwarded comes from loopback but is a stranger's.
     for header in ("X-Forwarded-For", "X-Real-IP", "Forwarded"):
