@@ -8,6 +8,7 @@ from typing import ParamSpec, TypeVar
 
 from channels.db import database_sync_to_async
 
+from qim.metrics.instruments import timed_db
 from qim.notify import collecting_pushes, deliver_all
 
 P = ParamSpec("P")
@@ -24,7 +25,7 @@ def in_db_thread(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     where a push sent from the thread would wait for the loop and hold the thread meanwhile
     (a busy loop, a room flush say, then delays every step of the call).
     """
-    run = database_sync_to_async(collecting_pushes(fn), thread_sensitive=False)
+    run = database_sync_to_async(collecting_pushes(timed_db(fn)), thread_sensitive=False)
 
     @functools.wraps(fn)
     async def call(*args: P.args, **kwargs: P.kwargs) -> R:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, ParamSpec, TypeVar
@@ -20,6 +21,7 @@ from django.db import transaction
 
 from qim.gateway.node import get_node
 from qim.gateway.user_push import UserPush
+from qim.metrics.instruments import fanout_done
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,7 @@ R = TypeVar("R")
 
 async def deliver(push: UserPush) -> None:
     await get_node().send_to_users(push)
+    fanout_done(push.committed_at)
 
 
 async def deliver_all(pushes: list[UserPush]) -> None:
@@ -48,6 +51,7 @@ def push_on_commit(push: UserPush) -> None:
     """Send `push` once the current transaction commits (at once outside a transaction)."""
 
     def send() -> None:
+        push.committed_at = time.perf_counter()
         pending: list[UserPush] | None = getattr(_collected, "pushes", None)
         if pending is not None:
             pending.append(push)

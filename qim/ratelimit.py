@@ -17,6 +17,7 @@ from limits.aio.storage import MemoryStorage, RedisSentinelStorage, RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from qim.errors import Refused
+from qim.metrics.instruments import count_rate_limited
 from qim.outage import resilient_options
 
 _limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
@@ -81,6 +82,7 @@ async def take_item(name: str, item: RateLimitItem, shown: str, *identifiers: st
     limiter = _limiter()
     if await limiter.hit(item, name, *identifiers):
         return None
+    count_rate_limited(name)
     stats = await limiter.get_window_stats(item, name, *identifiers)
     retry_after_ms = max(1, math.ceil((stats.reset_time - time.time()) * 1000))
     return Refused("rate_limited", f"{name} allows {shown}", retry_after_ms=retry_after_ms)

@@ -211,6 +211,13 @@ QIM_ROOM_WRITER_IDLE_S = env.float("QIM_ROOM_WRITER_IDLE_S", default=3600.0)
 # revocation notice never reached the node.
 QIM_TOKEN_TTL_S = env.float("QIM_TOKEN_TTL_S", default=0.0)
 QIM_TOKEN_RECHECK_S = env.float("QIM_TOKEN_RECHECK_S", default=30.0)
+# Prometheus metrics (qim/metrics/, docs/operations.md "Metrics"). With a token, /metrics (on
+# every node, and on the push worker) answers only `Authorization: Bearer <token>`; empty, it
+# answers only loopback clients that did not come through a proxy. The push worker serves its
+# own /metrics on QIM_WORKER_METRICS_PORT (0: none), bound to QIM_WORKER_METRICS_BIND.
+QIM_METRICS_TOKEN = env.str("QIM_METRICS_TOKEN", default="")
+QIM_WORKER_METRICS_PORT = env.int("QIM_WORKER_METRICS_PORT", default=0)
+QIM_WORKER_METRICS_BIND = env.str("QIM_WORKER_METRICS_BIND", default="127.0.0.1")
 # POST auth/token attempts (qim/login_throttle.py), in the `limits` library's notation
 # ("10/minute", "100 per hour"), counted per tenant+username and per client address.
 QIM_AUTH_TOKEN_RATE_PER_ACCOUNT = env.str("QIM_AUTH_TOKEN_RATE_PER_ACCOUNT", default="10/minute")

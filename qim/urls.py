@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from qim import api, api_docs, readiness, web_client
+from qim.metrics.view import metrics
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
@@ -35,6 +36,8 @@ api_v1 = [
 urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    # Prometheus, per node (docs/operations.md, "Metrics").
+    path("metrics", metrics, name="metrics"),
     path("sw.js", web_client.service_worker, name="web-client-worker"),
     path("", web_client.index, name="web-client"),
 ]

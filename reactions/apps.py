@@ -23,3 +23,9 @@ class ReactionsConfig(AppConfig):
 
         # A leave or removal on this node ends the member's REACTION_UPDATEs at once.
         post_save.connect(membership_saved, sender=MembershipInterval, dispatch_uid="reactions-member-cache")
+
+        # REACT batches and REACTION_UPDATE frames on /metrics (qim/metrics/sources.py).
+        from qim.metrics.sources import metrics_scraped
+        from reactions.metrics import reaction_metrics
+
+        metrics_scraped.register(reaction_metrics)

@@ -133,6 +133,11 @@ class ReactionPusher:
 _pusher: ReactionPusher | None = None
 
 
+def current_pusher() -> ReactionPusher | None:
+    """The pusher if this process made one (metrics read it without making one)."""
+    return _pusher
+
+
 def get_pusher() -> ReactionPusher:
     global _pusher
     if _pusher is None:

@@ -5,3 +5,10 @@ from django.apps import AppConfig
 
 class RoomsConfig(AppConfig):
     name = "rooms"
+
+    def ready(self) -> None:
+        # Writers held, ring items and epoch bumps on /metrics (qim/metrics/sources.py).
+        from qim.metrics.sources import metrics_scraped
+        from rooms.metrics import room_metrics
+
+        metrics_scraped.register(room_metrics)

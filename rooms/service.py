@@ -110,6 +110,7 @@ class RoomService:
     async def _become_writer(self, key: str, lease_started: float) -> None:
         tenant_id, room_id = split_key(key)
         epoch = await in_db_thread(bump_epoch)(tenant_id, room_id)
+        self.node.counters["room_epoch_bumps"] += 1
         rate = limit("room_msg_rate")
         self.writers[key] = RoomWriter(
             key=key,
@@ -247,6 +248,11 @@ class RoomService:
 
 
 _service: RoomService | None = None
+
+
+def current_room_service() -> RoomService | None:
+    """The service if this process made one (metrics read it without making one)."""
+    return _service
 
 
 def get_room_service() -> RoomService:

@@ -21,6 +21,7 @@ from qim.clock import now_ms
 from qim.errors import Refused
 from qim.faults import fault_point
 from qim.gateway.fit import fit_list
+from qim.metrics.instruments import count_rate_limited
 from rooms.ring import Replay, RoomRing
 
 # The refusal that makes RoomService.call_writer look for the room's writer again.
@@ -152,6 +153,7 @@ class RoomWriter:
                 return earlier
         wait_s = self.bucket.take()
         if wait_s:
+            count_rate_limited("room_msg_rate")
             raise Refused("rate_limited", "room_msg_rate reached", retry_after_ms=max(1, int(wait_s * 1000)))
         event = {
             "room_seq": self.ring.next_seq(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import nullcontext
 from typing import Any
 
@@ -28,6 +29,7 @@ from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.log_context import bind_connection, frame_scope
+from qim.metrics import instruments as metrics
 from qim.outage import outage_of
 from qim.queries import identity_for_token
 from qim.queries.identity import token_expires_at_ms
@@ -87,6 +89,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         await self.accept()
+        metrics.count_socket_accepted()
         self._socket = DaphneSocket.under(self.base_send)
         self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
 
@@ -96,6 +99,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_AUTH_TIMEOUT)
 
     async def disconnect(self, code: int) -> None:
+        metrics.count_socket_closed(code)
         await self._cleanup()
 
     async def _cleanup(self) -> None:
@@ -216,6 +220,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FLOODING)
             return False
         get_node().counters["inbound_frames_refused"] += 1
+        metrics.count_rate_limited("inbound_frame_rate")
         await self.send_frame(error_frame(
             "rate_limited", f"over the inbound frame budget ({limit('inbound_frame_rate'):g} frames/s)",
             req_id_of(text), retry_after_ms=verdict.retry_after_ms,
@@ -247,6 +252,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _handle(self, route: FrameRoute, raw: dict[str, Any], req_id: str | None, text: str) -> None:
         frame_type = route.frame_type
+        started = time.perf_counter()
+        metrics.count_frame_in(frame_type)
         try:
             frame = convert_frame(raw, route.schema, frame_type, text)
             reply = await route.handler(self.conn, frame)
@@ -261,6 +268,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             if req_id is not None:
                 reply.setdefault("req_id", req_id)
             await self.send_frame(reply)
+        metrics.frame_handled(frame_type, started)
 
     async def _authenticate(self, text: str | None, size: int) -> None:
         """The first frame must be AUTH with a token issued for the named device."""
@@ -275,6 +283,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if frame is None:
             await self._refuse("the first frame must be AUTH {token, device_id}")
             return
+        metrics.count_frame_in("AUTH")
         try:
             identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
         except Exception as exc:

@@ -7,6 +7,7 @@ from typing import Any
 from qim.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
 from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
+from qim.metrics.instruments import count_error
 from qim.outage import outage_of
 
 ERROR_CODES = frozenset(
@@ -39,6 +40,7 @@ def error_frame(
     code: str, message: str, req_id: str | None = None, *, retry_after_ms: int | None = None
 ) -> dict[str, Any]:
     frame: dict[str, Any] = {"type": "ERROR", "code": code, "message": message}
+    count_error(code)  # every ERROR frame is built here, and each one built is sent
     if req_id is not None:
         frame["req_id"] = req_id
     if retry_after_ms is not None:

@@ -27,3 +27,5 @@ class UserPush:
     exclude_device: tuple[str, str] | None = None
     only_device: tuple[str, str] | None = None
     kind: str | None = None
+    # When its transaction committed (time.perf_counter()), for qim_fanout_seconds.
+    committed_at: float | None = None

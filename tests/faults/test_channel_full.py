@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import QimDeployment, start_cluster
 from tests.faults.test_redis_restart import all_synced, direct
 from tests.harness.personas import TenantHandle
+from tests.ops.metrics_helpers import scrape
 from tests.rooms.room_checker import RoomAcks, RoomMember, classify
 from tests.rooms.room_helpers import create_room, epoch_of, join
 
@@ -60,6 +61,8 @@ async def test_pushes_dropped_on_a_full_channel_are_healed_by_sync_and_replay(sm
         for i in range(SENDS):
             assert await acks.send(a1, room, f"room {i}") is not None
         assert dropped(small_channels, n1) >= 2 * SENDS - CAPACITY
+        # /metrics counts the same drops (qim/metrics/collector.py).
+        assert scrape(f"{n1.http_url}/metrics").value("qim_channel_full_total") >= 2 * SENDS - CAPACITY
     finally:
         os.kill(n2.process.pid, signal.SIGCONT)
 

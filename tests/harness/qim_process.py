@@ -153,6 +153,8 @@ class QimNode:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     starts: int = 0
+    # The address daphne listens on; "0.0.0.0" lets a test reach it from a non-loopback one.
+    bind: str = "127.0.0.1"
 
     @property
     def http_url(self) -> str:
@@ -175,7 +177,7 @@ class QimNode:
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "daphne",
-                "-b", "127.0.0.1", "-p", str(self.port),
+                "-b", self.bind, "-p", str(self.port),
                 "--websocket-max-message-size", "1048576",
                 *self._access_log(env),
                 "qim.asgi:application",

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from qim.models import PushTask
+from qim.push.metrics import serve_metrics
 from qim.push.senders import load_sender
 from qim.push.worker import drain, run_forever
 
@@ -67,6 +68,24 @@ def logging_stats(worker_id: str, report: Callable[[], dict] | None, interval_s:
         log_line()
 
 
+@contextmanager
+def serving_metrics() -> Iterator[None]:
+    """The outbox's /metrics on QIM_WORKER_METRICS_PORT while the worker runs (none when 0)."""
+    if not settings.QIM_WORKER_METRICS_PORT:
+        yield
+        return
+    bind, port = settings.QIM_WORKER_METRICS_BIND, settings.QIM_WORKER_METRICS_PORT
+    try:
+        server = serve_metrics(bind, port, settings.QIM_METRICS_TOKEN)
+    except OSError as error:  # taken, or an address this host does not have
+        raise CommandError(f"cannot serve metrics on {bind}:{port} (QIM_WORKER_METRICS_*): {error}") from None
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class Command(BaseCommand):
     help = (
         "Send pending offline pushes through settings.QIM_PUSH_SENDER. Runs until SIGTERM/SIGINT; "
@@ -99,7 +118,7 @@ class Command(BaseCommand):
             if options["once"]:
                 tally = drain(worker_id, sender, options["batch"], options["horizon"], stop_event=stop)
             else:
-                with logging_stats(worker_id, providers, settings.QIM_PUSH_STATS_INTERVAL_S):
+                with logging_stats(worker_id, providers, settings.QIM_PUSH_STATS_INTERVAL_S), serving_metrics():
                     tally = run_forever(worker_id, sender, options["idle_sleep"], stop, options["batch"])
         result: dict[str, object] = dict(tally.report())
         if providers is not None:
