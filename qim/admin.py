@@ -9,6 +9,7 @@ from qim import admin_conversations  # noqa: F401  (registers Conversation, Memb
 from qim.actions.credentials import do_activate_user, do_deactivate_user
 from qim.actions.push import do_retry_tasks
 from qim.admin_base import ReadableDatesAdmin, ReadOnlyAdmin
+from qim.admin_tenants import scoped_tenant_ids
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.models import (
@@ -29,6 +30,10 @@ class TenantAdmin(ReadableDatesAdmin):
     list_display = ["name", "registry_version", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["registry_version", "created_at"]
+
+    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        # An operator scoped to some tenants could not see a tenant they made: only unscoped ones.
+        return scoped_tenant_ids(request) is None and super().has_add_permission(request)
 
 
 @admin.display(boolean=True, description="push credentials")
@@ -133,14 +138,33 @@ class UserMailboxEntryAdmin(ReadOnlyAdmin):
     raw_id_fields = ["user", "conversation", "message"]
 
 
+@admin.display(description="last error")
+def last_error_start(task: PushTask) -> str:
+    """The list shows the start; the task's page shows all of it (up to 2 000 characters)."""
+    return task.last_error if len(task.last_error) <= 80 else task.last_error[:80] + "…"
+
+
+class PushStateFilter(admin.SimpleListFilter):
+    """All three states always offered (not only those present), so "failed" is one click."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+        return [(state, state) for state in (PushTask.PENDING, PushTask.SENT, PushTask.FAILED)]
+
+    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
 @admin.register(PushTask)
 class PushTaskAdmin(ReadOnlyAdmin):
     """The outbox, read-only but for "retry" (qim.actions.push.do_retry_tasks says what it
     does to each state). The payload is shown: it is what the provider is sent, no secret."""
 
     list_display = ["id", "user", "device", "kind", "state", "attempts", "created_at_ms", "available_at_ms",
-                    "sent_at_ms", "last_error"]
-    list_filter = ["state", "tenant", "kind", "created_at_ms", "available_at_ms"]
+                    "sent_at_ms", last_error_start]
+    list_filter = [PushStateFilter, "tenant", "kind", "created_at_ms", "available_at_ms"]
     search_fields = ["user__username", "device__device_id", "last_error"]
     list_select_related = ["user__tenant", "device"]
     raw_id_fields = ["user", "device"]

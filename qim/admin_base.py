@@ -1,5 +1,5 @@
-"""What every app's admin shares: read-only outboxes, and `*_ms` integers shown as dates with
-date filters (one place, so every list reads the same way)."""
+"""What every app's admin shares: tenant walls, read-only outboxes, and `*_ms` integers shown
+as dates with date filters (one place, so every list reads the same way)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 
 from qim import clock
+from qim.admin_tenants import TenantWallAdmin
 
 DAY_MS = 24 * 3600 * 1000
 # Filter choice -> how far back it reaches, in ms (None: older than 30 days).
@@ -73,9 +74,10 @@ def ms_date_filter(field: str) -> type[admin.SimpleListFilter]:
     return MsDateFilter
 
 
-class ReadableDatesAdmin(admin.ModelAdmin):
-    """Shows every `*_ms` field in lists and detail pages as a UTC date; a `*_ms` name in
-    `list_filter` becomes a date filter."""
+class ReadableDatesAdmin(TenantWallAdmin):
+    """The base of every QIM admin: tenant walls (qim.admin_tenants), and every `*_ms` field
+    shown in lists and detail pages as a UTC date; a `*_ms` name in `list_filter` becomes a
+    date filter."""
 
     def __init__(self, model, admin_site) -> None:  # type: ignore[no-untyped-def]
         super().__init__(model, admin_site)
