@@ -4,7 +4,8 @@ membership intervals). Changes go through the REST API's actions, which emit the
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
@@ -71,8 +72,11 @@ class ConversationAdmin(ReadOnlyAdmin):
     readonly_fields = [intervals_table]
 
     def get_queryset(self, request):  # type: ignore[no-untyped-def]
-        current = Count("intervals", filter=Q(intervals__left_at__isnull=True))
-        return super().get_queryset(request).annotate(current_members=current)
+        # A correlated count (index conversation, left_at): computed for the page's rows only,
+        # where a JOIN + GROUP BY would aggregate every conversation before the LIMIT.
+        current = (MembershipInterval.objects.filter(conversation=OuterRef("pk"), left_at__isnull=True)
+                   .order_by().values("conversation").annotate(n=Count("*")).values("n"))
+        return super().get_queryset(request).annotate(current_members=Coalesce(Subquery(current), 0))
 
     @admin.display(description="members", ordering="current_members")
     def members(self, conversation: Conversation) -> str:

@@ -31,7 +31,8 @@ def live_of(room: Room) -> LiveRoom:
 
 @admin.display(description="writer node")
 def writer_node(room: Room) -> str:
-    return live_of(room).writer_node or "none (empty)"
+    live = live_of(room)
+    return live.writer_node or ("none (empty)" if live.online_count is not None else NO_ANSWER)
 
 
 @admin.display(description="online count")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from asgiref.sync import async_to_sync
 
 from qim.errors import Refused
+from qim.outage import outage_of
 from rooms.models import Room
 from rooms.service import get_room_service, room_key
 
@@ -22,12 +23,24 @@ LIVE_TIMEOUT_S = 3.0
 
 @dataclass(frozen=True)
 class LiveRoom:
-    writer_node: str | None  # None: no writer now, nobody is in the room
-    online_count: int | None  # None: the writer did not answer in time
+    writer_node: str | None  # None: no writer now (nobody is in the room), or Redis unreachable
+    online_count: int | None  # None: no answer (the writer did not answer in time, or no Redis)
     room_epoch: int
 
 
 async def live_room(room: Room) -> LiveRoom:
+    """The room as its writer sees it; unknown (None, None) while Redis is unreachable, so the
+    page still draws during an outage."""
+    try:
+        return await _ask_writer(room)
+    except Exception as exc:
+        if outage_of(exc) is None:
+            raise
+        logger.warning("admin: room %s: Redis unreachable (%s)", room.room_id, type(outage_of(exc)).__name__)
+        return LiveRoom(None, None, room.room_epoch)
+
+
+async def _ask_writer(room: Room) -> LiveRoom:
     service = get_room_service()
     key = room_key(room.tenant_id, room.room_id)
     node_id = await service.writer_node(key, acquire=False)
