@@ -47,6 +47,12 @@ def live_epoch(room: Room) -> int:
     return live_of(room).room_epoch
 
 
+@admin.display(description="room epoch (stored)")
+def stored_epoch(room: Room) -> int:
+    """The durable epoch in the database: the last writer's, kept while the room is empty."""
+    return room.room_epoch
+
+
 @admin.register(Room)
 class RoomAdmin(ReadableDatesAdmin):
     list_display = ["room_id", "tenant", "title", writer_node, online_count, live_epoch, "promoted_to", "created_at"]
@@ -55,9 +61,9 @@ class RoomAdmin(ReadableDatesAdmin):
     list_select_related = ["tenant"]
     # Every row asks its writer: keep a page to what one admin request should wait for.
     list_per_page = 50
-    fields = ["tenant", "room_id", "title", writer_node, online_count, live_epoch, "room_epoch", "promoted_to",
+    fields = ["tenant", "room_id", "title", writer_node, online_count, live_epoch, stored_epoch, "promoted_to",
               "created_at"]
-    readonly_fields = [writer_node, online_count, live_epoch, "room_epoch", "promoted_to", "created_at"]
+    readonly_fields = [writer_node, online_count, live_epoch, stored_epoch, "promoted_to", "created_at"]
 
     def get_changelist(self, request, **kwargs):  # type: ignore[no-untyped-def]
         return LiveChangeList
