@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 
+from qim.admin_base import ReadableDatesAdmin
 from qim.errors import Refused
 from push_providers import validation
 from push_providers.actions import default_vapid_subject, do_delete_configs, do_generate_vapid, do_save_config
@@ -79,7 +80,7 @@ def web_configured(config: TenantPushConfig) -> bool:
 
 
 @admin.register(TenantPushConfig)
-class TenantPushConfigAdmin(admin.ModelAdmin):
+class TenantPushConfigAdmin(ReadableDatesAdmin):
     form = TenantPushConfigForm
     list_display = ["tenant", apns_configured, "apns_environment", fcm_configured, web_configured, "updated_at_ms"]
     list_filter = ["apns_environment"]

@@ -1,11 +1,16 @@
 """The operators' admin: tenants, users and devices (tokens stay out of sight), the commit log
-with its moderation action, the moderation audit, and the contract models of protocol.md §2
-(mailbox, push outbox, badges) read-only."""
+with its moderation action, the moderation audit, the push outbox with its retry action, and
+the contract models of protocol.md §2 (mailbox, badges) read-only. Conversations and their
+membership intervals: qim/admin_conversations.py."""
 
 from django.contrib import admin, messages
 
+from qim import admin_conversations  # noqa: F401  (registers Conversation, MembershipInterval)
 from qim.actions.credentials import do_activate_user, do_deactivate_user
-from qim.admin_base import ReadOnlyAdmin
+from qim.actions.push import do_retry_tasks
+from qim.admin_base import ReadableDatesAdmin, ReadOnlyAdmin
+from qim.admin_tenants import scoped_tenant_ids
+from qim.clock import now_ms
 from qim.errors import Refused
 from qim.models import (
     Device,
@@ -21,10 +26,14 @@ from qim.moderation import ModerationService, Moderator
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ReadableDatesAdmin):
     list_display = ["name", "registry_version", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["registry_version", "created_at"]
+
+    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        # An operator scoped to some tenants could not see a tenant they made: only unscoped ones.
+        return scoped_tenant_ids(request) is None and super().has_add_permission(request)
 
 
 @admin.display(boolean=True, description="push credentials")
@@ -47,9 +56,9 @@ class DeviceInline(admin.TabularInline):
 
 
 @admin.register(User)
-class UserAdmin(admin.ModelAdmin):
+class UserAdmin(ReadableDatesAdmin):
     list_display = ["username", "tenant", "display_name", "is_tenant_admin", "is_active", "created_at"]
-    list_filter = ["tenant", "is_tenant_admin", "is_active"]
+    list_filter = ["tenant", "is_tenant_admin", "is_active", "created_at"]
     search_fields = ["username", "display_name"]
     exclude = ["password_hash"]
     # Changed through the actions only: deactivating must also revoke tokens and close sockets.
@@ -72,7 +81,7 @@ class UserAdmin(admin.ModelAdmin):
 
 
 @admin.register(Device)
-class DeviceAdmin(admin.ModelAdmin):
+class DeviceAdmin(ReadableDatesAdmin):
     list_display = ["device_id", "user", "push_platform", has_push_credentials, "created_at"]
     fields = ["user", *DEVICE_FIELDS]
     readonly_fields = DEVICE_FIELDS
@@ -87,7 +96,7 @@ class MessageRecordAdmin(ReadOnlyAdmin):
     """The commit log, read-only; operators moderate through the recall action."""
 
     list_display = ["conversation_id", "conversation_seq", "kind", "content_type", "sender", "state", "sent_at_ms"]
-    list_filter = ["kind", "state", "tenant"]
+    list_filter = ["kind", "state", "tenant", "sent_at_ms"]
     # Exact matches only: the log is the biggest table, and these hit its indexes.
     search_fields = ["=message_id", "=conversation__id", "=sender__username"]
     list_select_related = ["sender__tenant"]
@@ -116,26 +125,64 @@ class ModerationAuditAdmin(ReadOnlyAdmin):
     """Every moderation act; written by qim.moderation only, never edited here."""
 
     list_display = ["at_ms", "tenant", "actor", "action", "outcome", "conversation_id", "conversation_seq", "reason"]
-    list_filter = ["tenant", "action", "outcome"]
+    list_filter = ["tenant", "action", "outcome", "at_ms"]
     search_fields = ["actor", "conversation_id", "message_id"]
 
 
 @admin.register(UserMailboxEntry)
 class UserMailboxEntryAdmin(ReadOnlyAdmin):
     list_display = ["user", "mailbox_seq", "kind", "conversation", "message", "origin_device_id", "created_at_ms"]
-    list_filter = ["tenant", "kind"]
+    list_filter = ["tenant", "kind", "created_at_ms"]
     search_fields = ["user__username", "conversation__id"]
     list_select_related = ["user__tenant"]
     raw_id_fields = ["user", "conversation", "message"]
 
 
+@admin.display(description="last error")
+def last_error_start(task: PushTask) -> str:
+    """The list shows the start; the task's page shows all of it (up to 2 000 characters)."""
+    return task.last_error if len(task.last_error) <= 80 else task.last_error[:80] + "…"
+
+
+class PushStateFilter(admin.SimpleListFilter):
+    """All three states always offered (not only those present), so "failed" is one click."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+        return [(state, state) for state in (PushTask.PENDING, PushTask.SENT, PushTask.FAILED)]
+
+    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
 @admin.register(PushTask)
 class PushTaskAdmin(ReadOnlyAdmin):
-    list_display = ["id", "user", "device", "kind", "state", "attempts", "available_at_ms", "sent_at_ms"]
-    list_filter = ["tenant", "state", "kind"]
+    """The outbox, read-only but for "retry" (qim.actions.push.do_retry_tasks says what it
+    does to each state). The payload is shown: it is what the provider is sent, no secret."""
+
+    list_display = ["id", "user", "device", "kind", "state", "attempts", "created_at_ms", "available_at_ms",
+                    "sent_at_ms", last_error_start]
+    list_filter = [PushStateFilter, "tenant", "kind", "created_at_ms", "available_at_ms"]
     search_fields = ["user__username", "device__device_id", "last_error"]
     list_select_related = ["user__tenant", "device"]
     raw_id_fields = ["user", "device"]
+    actions = ["retry_selected"]
+
+    def has_retry_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+        return request.user.has_perm("qim.change_pushtask")
+
+    @admin.action(description="Retry selected push tasks (failed: back to pending; pending: due now)",
+                  permissions=["retry"])
+    def retry_selected(self, request, queryset) -> None:  # type: ignore[no-untyped-def]
+        counts = do_retry_tasks(list(queryset.values_list("id", flat=True)), now_ms())
+        self.message_user(
+            request,
+            f"{counts['requeued']} failed task(s) back to pending, {counts['hurried']} pending task(s) due now, "
+            f"{counts['skipped']} left as they were (sent, being sent, or already due).",
+            level=messages.SUCCESS,
+        )
 
 
 @admin.register(UserBadgeState)

@@ -15,5 +15,5 @@ class SummaryAdmin(ReadOnlyAdmin):
 @admin.register(MessageReaction)
 class ReactionAdmin(ReadOnlyAdmin):
     list_display = ["conversation", "conversation_seq", "user", "reaction_key", "created_at_ms"]
-    list_filter = ["tenant"]
+    list_filter = ["tenant", "created_at_ms"]
     raw_id_fields = ["user", "conversation"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from qim.admin_base import ReadOnlyAdmin
+from qim.admin_base import ReadableDatesAdmin, ReadOnlyAdmin
 from qim.errors import Refused
 from registry.actions import InvalidType, do_create_type, do_update_type, registry_full, type_values
 from registry.models import CustomMessageType, CustomMessageTypeChange
@@ -41,7 +41,7 @@ class ChangeInline(admin.TabularInline):
 
 
 @admin.register(CustomMessageType)
-class CustomMessageTypeAdmin(admin.ModelAdmin):
+class CustomMessageTypeAdmin(ReadableDatesAdmin):
     form = CustomMessageTypeForm
     list_display = ["custom_type", "tenant", "delivery_class", "counts_unread", "timeline_visible", "enabled", "version"]
     list_filter = ["tenant", "delivery_class", "enabled"]

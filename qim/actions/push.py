@@ -167,3 +167,22 @@ def prune_finished(now_ms: int, limit: int = 1000) -> int:
     if not ids:
         return 0
     return PushTask.objects.filter(id__in=ids).delete()[0]
+
+
+def do_retry_tasks(ids: list[int], now_ms: int) -> dict[str, int]:
+    """The admin's "retry": make the chosen tasks due now. One transaction.
+
+    failed -> pending with a fresh QIM_PUSH_MAX_ATTEMPTS budget (attempts 0); last_error stays
+    so the operator still sees why it failed. pending and unclaimed -> due now, skipping the
+    rest of its backoff, attempts unchanged. A pending task a worker holds (its claim not yet
+    expired) and a sent one are left alone: a retry would send the same push twice.
+    Answers {"requeued": n, "hurried": n, "skipped": n}.
+    """
+    with transaction.atomic():
+        requeued = PushTask.objects.filter(id__in=ids, state=PushTask.FAILED).update(
+            state=PushTask.PENDING, attempts=0, available_at_ms=now_ms, claimed_by="", claimed_until_ms=0
+        )
+        hurried = PushTask.objects.filter(
+            id__in=ids, state=PushTask.PENDING, claimed_until_ms__lt=now_ms, available_at_ms__gt=now_ms
+        ).update(available_at_ms=now_ms)
+    return {"requeued": requeued, "hurried": hurried, "skipped": len(set(ids)) - requeued - hurried}

@@ -59,3 +59,21 @@ def test_the_contract_models_are_in_the_admin_read_only(operator_client: Client)
                  "/admin/reactions/messagereactionsummary/", "/admin/registry/custommessagetype/"):
         assert operator_client.get(path).status_code == 200, path
     assert operator_client.get("/admin/qim/pushtask/add/").status_code == 403
+
+
+def test_every_registered_admin_list_and_its_date_filters_render(operator_client: Client) -> None:
+    """Every app's admin (all built on qim.admin_base) renders its list, and each of its
+    `*_ms` date filters answers: a mistake in the shared base would break them all at once."""
+    from django.contrib import admin
+    from django.urls import reverse
+
+    do_bootstrap_tenant("acme", "boss", "pw")
+    for model, model_admin in admin.site._registry.items():
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        page = operator_client.get(url)
+        assert page.status_code == 200, url
+        for name in (f.name for f in model._meta.fields if f.name.endswith("_ms")):
+            param = f"{name.removesuffix('_ms')}_since"
+            if param in page.content.decode():
+                for choice in ("1h", "older"):
+                    assert operator_client.get(f"{url}?{param}={choice}").status_code == 200, (url, param, choice)
