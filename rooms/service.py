@@ -226,7 +226,9 @@ class RoomService:
         if live is not None:
             live.add(self.node.node_id)
             for writer in self.writers.values():
-                writer.drop_nodes(live)
+                # A live node is back in an emptied Redis by its next heartbeat (every third
+                # of the TTL): missing for half the TTL more than that, it died.
+                writer.drop_nodes(live, grace_s=limit("presence_ttl_s") / 2)
 
     def count_report(self, room: LocalRoom | None) -> dict[str, Any]:
         """What this node tells a room's writer of its members there: the count now, and the
@@ -266,7 +268,10 @@ def get_room_service() -> RoomService:
 @node_call_handler("room.join")
 async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
     writer = await get_room_service().fenced_writer(body["key"])
-    writer.set_count(body["node"], body["count"], report_order(body))
+    # The joining member alone there: its reply covers the events so far (it is live after
+    # the reply's latest_room_seq), so the node is not sent them again.
+    covered = writer.ring.latest_room_seq if body["count"] == 1 else None
+    writer.set_count(body["node"], body["count"], report_order(body), covered=covered)
     return {**writer.replay(body.get("after"), body.get("max_bytes")), "online_count": writer.online_count}
 
 
