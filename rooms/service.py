@@ -65,6 +65,7 @@ class RoomService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._started = False
         self._report_seqs = itertools.count(1)
+        self._tenures = itertools.count(1)
 
     @property
     def lease_ttl_s(self) -> float:
@@ -89,7 +90,7 @@ class RoomService:
         if key in self.writers and self.writers[key].holds_lease():
             return self.node.node_id
         (holder,) = await self.leases.holders([key])
-        if holder is not None and holder != self.holder:
+        if holder is not None and not holder.startswith(f"{self.holder}."):
             return node_of(holder)
         if holder is None and not acquire:
             return None
@@ -97,13 +98,17 @@ class RoomService:
             if key in self.writers and self.writers[key].holds_lease():
                 return self.node.node_id
             started = time.monotonic()
-            if not await self.leases.acquire(key, self.holder, self.lease_ttl_s):
+            # One lease value per tenure, not per process: when this process takes a room
+            # again (its lease vanished with an emptied Redis), the other nodes see the holder
+            # change and report their members to the new writer within a second.
+            tenure = f"{self.holder}.{next(self._tenures)}"
+            if not await self.leases.acquire(key, tenure, self.lease_ttl_s):
                 (holder,) = await self.leases.holders([key])
                 return node_of(holder) if holder else None
-            await self._become_writer(key, started)
+            await self._become_writer(key, started, tenure)
         return self.node.node_id
 
-    async def _become_writer(self, key: str, lease_started: float) -> None:
+    async def _become_writer(self, key: str, lease_started: float, tenure: str) -> None:
         tenant_id, room_id = split_key(key)
         epoch = await in_db_thread(bump_epoch)(tenant_id, room_id)
         rate = limit("room_msg_rate")
@@ -115,8 +120,9 @@ class RoomService:
             ring=RoomRing(epoch, int(limit("room_ring_max_items")), limit("room_log_retention_minutes") * 60),
             bucket=TokenBucket(rate=rate, burst=max(1.0, rate)),
             publish=self.publish,
+            holder=tenure,
             lease_valid_until=lease_started + self.lease_ttl_s * 0.9,
-            fence=self._fence(key) if isinstance(self.leases, RedisLeaseStore) else None,
+            fence=self._fence(key, tenure) if isinstance(self.leases, RedisLeaseStore) else None,
         )
         local = self.local.rooms.get(key)
         if local is not None and local.count:
@@ -125,10 +131,10 @@ class RoomService:
         self.ensure_started()
         logger.info("node %s is the writer of room %s, epoch %s", self.node.node_id, key, epoch)
 
-    def _fence(self, key: str):  # type: ignore[no-untyped-def]
+    def _fence(self, key: str, tenure: str):  # type: ignore[no-untyped-def]
         async def still_holder() -> bool:
             (holder,) = await self.leases.holders([key])
-            return holder == self.holder
+            return holder == tenure
 
         return still_holder
 
@@ -188,7 +194,7 @@ class RoomService:
                     continue
                 started = time.monotonic()
                 try:
-                    kept = await self.leases.renew(key, self.holder, self.lease_ttl_s)
+                    kept = await self.leases.renew(key, writer.holder, self.lease_ttl_s)
                 except Exception:
                     logger.exception("renewing the lease of room %s failed", key)
                     continue
@@ -203,9 +209,11 @@ class RoomService:
     async def _retire(self, key: str) -> None:
         """Give up the lease of an idle room's writer (no members anywhere, nothing in its
         ring): the next node that needs the room becomes its writer, epoch + 1."""
-        self.writers.pop(key, None)
+        writer = self.writers.pop(key, None)
+        if writer is None:
+            return
         try:
-            await self.leases.release(key, self.holder)
+            await self.leases.release(key, writer.holder)
         except Exception:
             logger.exception("releasing the lease of idle room %s failed (it expires)", key)
         self.node.counters["room_writers_retired"] += 1
@@ -215,8 +223,8 @@ class RoomService:
         rooms = [room for room in self.local.rooms.values() if room.count > 0]
         holders = await self.leases.holders([room.key for room in rooms])
         for room, holder in zip(rooms, holders):
-            # Also every few seconds regardless: a writer that lost its lease and took it back
-            # under the same holder string starts with an empty count table.
+            # Also every few seconds regardless: a report lost on its way, or a node dropped
+            # by a writer that thought it dead, is heard again.
             stale = time.monotonic() - room.reported_at > REREPORT_S
             if holder is None or holder != room.reported_holder or stale:
                 await self.call_writer(room.key, "room.count", self.count_report(room))

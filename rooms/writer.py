@@ -56,6 +56,9 @@ class RoomWriter:
     bucket: TokenBucket
     # Sends a list of events to one node's ConnectionNode (the node's delivery entry point).
     publish: Callable[[str, dict[str, Any]], Awaitable[None]]
+    # The lease value of this writer's tenure (RoomService.writer_node): renewed and released
+    # by it, and what the fence compares.
+    holder: str = ""
     # Until when the lease is known to be ours (monotonic); past it, nothing is appended.
     lease_valid_until: float = 0.0
     # Asks Redis whether the lease is still ours, before each append: fencing must not rest
