@@ -1,9 +1,10 @@
 """Room writer leases: at most one RoomWriter per room at a time (§1.2).
 
 One interface, two implementations: in-process for the embedded default, Redis (SET NX PX,
-renew and release only by the holder) for several nodes. A holder is "<node_id>:<incarnation>"
-so a restarted node never mistakes its dead predecessor's lease for its own: the old lease
-must expire, and the next writer starts a new epoch.
+renew and release only by the holder) for several nodes. A holder is
+"<node_id>:<incarnation>.<tenure>" so a restarted node never mistakes its dead predecessor's
+lease for its own (the old lease must expire, and the next writer starts a new epoch), and
+each time a process takes a room its nodes see a new holder (RoomService._report_once).
 """
 
 from __future__ import annotations

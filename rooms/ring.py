@@ -82,5 +82,10 @@ class RoomRing:
             return Replay([], True, "evicted")
         return Replay([e for _, e in self._items if e["room_seq"] > after_room_seq], False)
 
+    def between(self, after_room_seq: int, before_room_seq: int) -> list[dict[str, Any]]:
+        """The events held strictly between the two positions, ascending."""
+        self.evict()
+        return [e for _, e in self._items if after_room_seq < e["room_seq"] < before_room_seq]
+
     def __len__(self) -> int:
         return len(self._items)

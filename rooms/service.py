@@ -68,6 +68,7 @@ class RoomService:
         self._locks: dict[str, asyncio.Lock] = {}
         self._started = False
         self._report_seqs = itertools.count(1)
+        self._tenures = itertools.count(1)
 
     @property
     def lease_ttl_s(self) -> float:
@@ -93,7 +94,7 @@ class RoomService:
         if key in self.writers and self.writers[key].holds_lease():
             return self.node.node_id
         (holder,) = await self.leases.holders([key])
-        if holder is not None and holder != self.holder:
+        if holder is not None and not holder.startswith(f"{self.holder}."):
             return node_of(holder)
         if holder is None and not acquire:
             return None
@@ -101,13 +102,17 @@ class RoomService:
             if key in self.writers and self.writers[key].holds_lease():
                 return self.node.node_id
             started = time.monotonic()
-            if not await self.leases.acquire(key, self.holder, self.lease_ttl_s):
+            # One lease value per tenure, not per process: when this process takes a room
+            # again (its lease vanished with an emptied Redis), the other nodes see the holder
+            # change and report their members to the new writer within a second.
+            tenure = f"{self.holder}.{next(self._tenures)}"
+            if not await self.leases.acquire(key, tenure, self.lease_ttl_s):
                 (holder,) = await self.leases.holders([key])
                 return node_of(holder) if holder else None
-            await self._become_writer(key, started)
+            await self._become_writer(key, started, tenure)
         return self.node.node_id
 
-    async def _become_writer(self, key: str, lease_started: float) -> None:
+    async def _become_writer(self, key: str, lease_started: float, tenure: str) -> None:
         tenant_id, room_id = split_key(key)
         epoch = await in_db_thread(bump_epoch)(tenant_id, room_id)
         self.node.counters["room_epoch_bumps"] += 1
@@ -120,8 +125,9 @@ class RoomService:
             ring=RoomRing(epoch, int(limit("room_ring_max_items")), limit("room_log_retention_minutes") * 60),
             bucket=TokenBucket(rate=rate, burst=max(1.0, rate)),
             publish=self.publish,
+            holder=tenure,
             lease_valid_until=lease_started + self.lease_ttl_s * 0.9,
-            fence=self._fence(key) if isinstance(self.leases, RedisLeaseStore) else None,
+            fence=self._fence(key, tenure) if isinstance(self.leases, RedisLeaseStore) else None,
         )
         local = self.local.rooms.get(key)
         if local is not None and local.count:
@@ -130,10 +136,10 @@ class RoomService:
         self.ensure_started()
         logger.info("node %s is the writer of room %s, epoch %s", self.node.node_id, key, epoch)
 
-    def _fence(self, key: str):  # type: ignore[no-untyped-def]
+    def _fence(self, key: str, tenure: str):  # type: ignore[no-untyped-def]
         async def still_holder() -> bool:
             (holder,) = await self.leases.holders([key])
-            return holder == self.holder
+            return holder == tenure
 
         return still_holder
 
@@ -191,7 +197,7 @@ class RoomService:
                     continue
                 started = time.monotonic()
                 try:
-                    kept = await self.leases.renew(key, self.holder, self.lease_ttl_s)
+                    kept = await self.leases.renew(key, writer.holder, self.lease_ttl_s)
                 except Exception:
                     logger.exception("renewing the lease of room %s failed", key)
                     continue
@@ -206,9 +212,11 @@ class RoomService:
     async def _retire(self, key: str) -> None:
         """Give up the lease of an idle room's writer (no members anywhere, nothing in its
         ring): the next node that needs the room becomes its writer, epoch + 1."""
-        self.writers.pop(key, None)
+        writer = self.writers.pop(key, None)
+        if writer is None:
+            return
         try:
-            await self.leases.release(key, self.holder)
+            await self.leases.release(key, writer.holder)
         except Exception:
             logger.exception("releasing the lease of idle room %s failed (it expires)", key)
         self.node.counters["room_writers_retired"] += 1
@@ -218,8 +226,8 @@ class RoomService:
         rooms = [room for room in self.local.rooms.values() if room.count > 0]
         holders = await self.leases.holders([room.key for room in rooms])
         for room, holder in zip(rooms, holders):
-            # Also every few seconds regardless: a writer that lost its lease and took it back
-            # under the same holder string starts with an empty count table.
+            # Also every few seconds regardless: a report lost on its way, or a node dropped
+            # by a writer that thought it dead, is heard again.
             stale = time.monotonic() - room.reported_at > REREPORT_S
             if holder is None or holder != room.reported_holder or stale:
                 await self.call_writer(room.key, "room.count", self.count_report(room))
@@ -229,7 +237,9 @@ class RoomService:
         if live is not None:
             live.add(self.node.node_id)
             for writer in self.writers.values():
-                writer.drop_nodes(live)
+                # A live node is back in an emptied Redis by its next heartbeat (every third
+                # of the TTL): missing for half the TTL more than that, it died.
+                writer.drop_nodes(live, grace_s=limit("presence_ttl_s") / 2)
 
     def count_report(self, room: LocalRoom | None) -> dict[str, Any]:
         """What this node tells a room's writer of its members there: the count now, and the
@@ -274,7 +284,10 @@ def get_room_service() -> RoomService:
 @node_call_handler("room.join")
 async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
     writer = await get_room_service().fenced_writer(body["key"])
-    writer.set_count(body["node"], body["count"], report_order(body))
+    # The joining member alone there: its reply covers the events so far (it is live after
+    # the reply's latest_room_seq), so the node is not sent them again.
+    covered = writer.ring.latest_room_seq if body["count"] == 1 else None
+    writer.set_count(body["node"], body["count"], report_order(body), covered=covered)
     return {**writer.replay(body.get("after"), body.get("max_bytes")), "online_count": writer.online_count}
 
 

@@ -2,7 +2,8 @@
 
 It allocates room_seq = (room_epoch << 48) | counter, appends to the RoomRing, and sends one
 merged batch to each ConnectionNode that has online members of the room, and nothing to a
-node with none. It knows how many members each node has because nodes report their counts.
+node with none. It knows how many members each node has because nodes report their counts,
+and what it handed each node, so a node it learns of late first gets what it missed.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class RoomWriter:
     bucket: TokenBucket
     # Sends a list of events to one node's ConnectionNode (the node's delivery entry point).
     publish: Callable[[str, dict[str, Any]], Awaitable[None]]
+    # The lease value of this writer's tenure (RoomService.writer_node): renewed and released
+    # by it, and what the fence compares.
+    holder: str = ""
     # Until when the lease is known to be ours (monotonic); past it, nothing is appended.
     lease_valid_until: float = 0.0
     # Asks Redis whether the lease is still ours, before each append: fencing must not rest
@@ -67,6 +71,15 @@ class RoomWriter:
     # node's reports can arrive out of order (concurrent joins and leaves), and an older one
     # must not undo a newer, or a node with members could be left out of the batches.
     count_orders: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Per node, the newest room_seq of this epoch handed to it (in a batch, or covered by the
+    # join reply of its only member). A node counted late (a new writer hears of a node at its
+    # next report; an emptied Redis makes a live node look dead for a moment) gets the
+    # events it missed, oldest first, in its next batch or at once: else its members missed
+    # them with nothing to tell them, when no newer event came to show the gap (the Redis
+    # restart fault test, full-w run of 2026-12-04).
+    handed: dict[str, int] = field(default_factory=dict)
+    # Since when (monotonic) a counted node has been missing from the live nodes (drop_nodes).
+    absent_since: dict[str, float] = field(default_factory=dict)
     # When the room last had a member or a message (monotonic): see idle_for().
     last_active: float = field(default_factory=time.monotonic)
     _recent_sends: "OrderedDict[tuple[str, str], dict]" = field(default_factory=OrderedDict)
@@ -77,26 +90,45 @@ class RoomWriter:
     # events appended while a batch was on its way into one batch per node.
     _outbox: list[tuple[dict[str, Any], asyncio.Future[None]]] = field(default_factory=list)
     _publisher: asyncio.Task[None] | None = None
+    # A node was counted that this epoch has events for: the publisher runs even without new
+    # events, to hand them over.
+    _catch_up: bool = False
 
     def holds_lease(self) -> bool:
         return time.monotonic() < self.lease_valid_until
 
-    def set_count(self, node_id: str, count: int, order: tuple[str, int] | None = None) -> None:
-        """Keep `count` members for `node_id`, unless `order` says a later report is kept."""
+    def set_count(
+        self, node_id: str, count: int, order: tuple[str, int] | None = None, *, covered: int | None = None
+    ) -> None:
+        """Keep `count` members for `node_id`, unless `order` says a later report is kept.
+        `covered`: the node already has the events up to there (a join reply to its only member)."""
         if order is not None:
             if order <= self.count_orders.get(node_id, ("", 0)):
                 return
             self.count_orders[node_id] = order
-        if count > 0:
-            self.counts[node_id] = count
-        else:
+        if count <= 0:
             self.counts.pop(node_id, None)
+            return
+        newly_counted = node_id not in self.counts
+        self.counts[node_id] = count
+        if covered is not None:
+            self.handed[node_id] = max(self.handed.get(node_id, 0), covered)
+        if newly_counted and self.ring.counter and self.handed.get(node_id, 0) < self.ring.latest_room_seq:
+            self._catch_up = True
+            self._start_publisher()
 
-    def drop_nodes(self, live: set[str]) -> None:
-        """Forget nodes that died (their connections are gone with them)."""
-        for node_id in [n for n in self.counts if n not in live]:
-            del self.counts[node_id]
-            self.count_orders.pop(node_id, None)
+    def drop_nodes(self, live: set[str], grace_s: float = 0.0) -> None:
+        """Forget nodes that died (their connections are gone with them): those missing from
+        `live` for `grace_s`. An emptied Redis knows no live node until each one's next
+        heartbeat: with no grace, a restart made the writer drop every other node at once."""
+        now = time.monotonic()
+        for node_id in list(self.counts):
+            if node_id in live:
+                self.absent_since.pop(node_id, None)
+            elif now - self.absent_since.setdefault(node_id, now) >= grace_s:
+                del self.counts[node_id]
+                self.count_orders.pop(node_id, None)
+                self.absent_since.pop(node_id, None)
 
     @property
     def online_count(self) -> int:
@@ -178,13 +210,16 @@ class RoomWriter:
         """Queue `event` for its batch and wait until it was handed to every node."""
         sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.append((event, sent))
+        self._start_publisher()
+        await sent
+
+    def _start_publisher(self) -> None:
         if self._publisher is None:
             self._publisher = spawn(self._publish_outbox(), name="qim-room-publisher")
-        await sent
 
     async def _publish_outbox(self) -> None:
         try:
-            while self._outbox:
+            while self._outbox or self._catch_up:
                 taken, self._outbox = self._outbox, []
                 try:
                     await self._broadcast([event for event, _ in taken])
@@ -209,6 +244,8 @@ class RoomWriter:
         raise Refused("conflict", NOT_WRITER)
 
     async def _broadcast(self, events: list[dict[str, Any]]) -> None:
+        """`events` to every node with members, each behind what that node missed, if any."""
+        self._catch_up = False
         message = {
             "room": self.key,
             "tenant": self.tenant_id,
@@ -218,5 +255,17 @@ class RoomWriter:
             "latest_room_seq": self.ring.latest_room_seq,
             "earliest_replay_room_seq": self.ring.earliest_room_seq,
         }
+        first = events[0]["room_seq"] if events else self.ring.latest_room_seq + 1
         for node_id in [n for n, count in self.counts.items() if count > 0]:
-            await self.publish(node_id, message)
+            missed = self._missed(node_id, first)
+            if not missed and not events:
+                continue
+            await self.publish(node_id, {**message, "events": missed + events} if missed else message)
+            self.handed[node_id] = max(self.handed.get(node_id, 0), (events or missed)[-1]["room_seq"])
+
+    def _missed(self, node_id: str, first: int) -> list[dict[str, Any]]:
+        """The events before `first` that the ring holds and `node_id` was never handed."""
+        handed = self.handed.get(node_id, 0)
+        if handed >= first - 1:
+            return []
+        return self.ring.between(handed, first)

@@ -25,11 +25,15 @@ from tests.rooms.room_helpers import create_room, join, room_send
 
 pytestmark = pytest.mark.faults
 
-RECOVERY_LIMIT_S = 30.0
+# Each probe is retried until it is served: the limit only bounds a failure (a loaded CI
+# machine running two workers can take tens of seconds to heal).
+RECOVERY_LIMIT_S = 60.0
 BURST = 30
 PEOPLE = 4
 SENDS_EACH = 30
-PATIENCE_S = 60
+# The traffic's deadline spans the fault and its healing, and each wait ends when its
+# condition holds: generous for two xdist workers on a loaded 2-core machine.
+PATIENCE_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +198,7 @@ def recovery_probes(a1: QimClient, b2: QimClient, carol: Persona, conversation: 
     async def dm_pushed_across() -> bool:
         ack = await a1.send_text(conversation, "after")
         while True:
-            event = await b2.next_push(timeout=2, type="EVENT")
+            event = await b2.next_push(timeout=10, type="EVENT")
             if event["event"].get("message", {}).get("message_id") == ack["message_id"]:
                 return True
 
@@ -202,17 +206,18 @@ def recovery_probes(a1: QimClient, b2: QimClient, carol: Persona, conversation: 
         for sender, receiver in ((b2, a1), (a1, b2)):
             ack = await room_send(sender, room, "room after")
             while True:
-                batch = await receiver.next_push(timeout=2, type="ROOM_BATCH")
+                batch = await receiver.next_push(timeout=10, type="ROOM_BATCH")
                 if ack["room_seq"] in [e["room_seq"] for e in batch["events"]]:
                     break
         return True
 
     async def presence_across() -> bool:
-        assert (await b2.subscribe_presence([carol.user_id]))[carol.user_id] is False
+        if (await b2.subscribe_presence([carol.user_id]))[carol.user_id] is not False:
+            return False  # an earlier probe's carol is still on her way out: try again
         probe = await carol.connect(nodes[0], device_id=f"probe-{nodes[0].node_id}", sync=False)
         try:
             while True:
-                push = await b2.next_push(timeout=3, type="PRESENCE")
+                push = await b2.next_push(timeout=10, type="PRESENCE")
                 if push["user_id"] == carol.user_id and push["online"]:
                     return True
         finally:

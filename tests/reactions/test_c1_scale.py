@@ -19,6 +19,7 @@ import websockets
 
 from tests.conftest import QimDeployment, start_embedded
 from tests.harness.qim_process import last_json_line
+from tests.harness.traffic import wait_until
 
 MEMBERS = 100_000
 REACTORS = 5_000
@@ -37,8 +38,22 @@ def c1_node(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type: igno
     deployment.stop()
 
 
+HANDSHAKE_RETRIES: list[str] = []
+
+
 async def open_socket(url: str, token: str) -> websockets.ClientConnection:
-    ws = await websockets.connect(url, max_size=None, open_timeout=60)
+    # 250 handshakes at once on a 2-core machine that two xdist workers load: daphne may
+    # close one before answering it (seen in a run at load 15). A client connects again; this
+    # test is about the reaction storm, not the handshake, so it does too (counted, printed).
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            ws = await websockets.connect(url, max_size=None, open_timeout=60)
+            break
+        except websockets.InvalidMessage as refused:
+            HANDSHAKE_RETRIES.append(repr(refused))
+            assert time.monotonic() < deadline, f"no handshake in 120 s: {HANDSHAKE_RETRIES[-3:]}"
+            await asyncio.sleep(0.5)
     await ws.send(json.dumps({"type": "AUTH", "token": token, "device_id": "populated"}))
     ok = json.loads(await ws.recv())
     assert ok["type"] == "AUTH_OK", ok
@@ -80,6 +95,9 @@ def snapshot(db) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
+# Populating 100 000 users alone took 112 s at load 15 (two xdist workers and more): the
+# suite's 300 s per test (pytest.ini) is too tight for this one test; it bounds a hang only.
+@pytest.mark.timeout(900)
 async def test_c1_reaction_storm_at_full_scale(c1_node: QimDeployment, work_dir: Path) -> None:
     node, db = c1_node.node, c1_node.db
     started = time.monotonic()
@@ -114,12 +132,15 @@ async def test_c1_reaction_storm_at_full_scale(c1_node: QimDeployment, work_dir:
         wave = reactors[start : start + REACTOR_WAVE]
         acks += await asyncio.gather(*(react_once(node.ws_url, t, group, seq) for t in wave))
     storm_s = time.monotonic() - storm_started
-    await asyncio.sleep(WINDOW_S * 2 + 1)  # the trailing push of the last window
+    # The trailing push of the last window, however late a loaded machine delivers it.
+    await wait_until(lambda: all(f and f[-1][1]["counts"] == {"+1": REACTORS} for f in frames), 120,
+                     "every observer's last REACTION_UPDATE with every reaction counted")
     stop.set()
     await asyncio.gather(*watchers)
     for ws in observers:
         await ws.close()
-    print(f"{REACTORS} reactions in {storm_s:.1f} s = {REACTORS / storm_s:.0f} REACT/s")
+    print(f"{REACTORS} reactions in {storm_s:.1f} s = {REACTORS / storm_s:.0f} REACT/s; "
+          f"{len(HANDSHAKE_RETRIES)} handshakes retried")
 
     assert [a["type"] for a in acks].count("ACK") == REACTORS
     after = snapshot(db)

@@ -41,7 +41,7 @@ def test_ttl_cache_reloads_after_its_ttl_on_the_given_clock() -> None:
 
 async def update_with_version(client, version: int) -> dict:  # type: ignore[no-untyped-def]
     while True:
-        frame = await client.next_push(timeout=20, type="REACTION_UPDATE")
+        frame = await client.next_push(timeout=30, type="REACTION_UPDATE")
         if frame["summary_version"] >= version:
             return frame
 

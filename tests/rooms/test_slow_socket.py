@@ -94,6 +94,6 @@ async def test_a_socket_whose_deferred_room_events_pass_the_limit_is_closed(tigh
     stats = tight_budget.node.stats(tenant.admin_token)
     assert stats["counters"].get("slow_sockets_closed", 0) == before + 1
 
-    got = await collect_room_events(w, rooms[0], len(sent[rooms[0]]), timeout=15)
+    got = await collect_room_events(w, rooms[0], len(sent[rooms[0]]), timeout=30)
     assert [e["room_seq"] for e in got] == [a["room_seq"] for a in sent[rooms[0]]]
     await tenant.close_clients()

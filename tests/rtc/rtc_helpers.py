@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
+import time
 from typing import Any
 
 from qimclient import QimClient
@@ -37,7 +39,8 @@ async def signal(
     return await client.request("RTC_SIGNAL", **fields)
 
 
-async def next_signal(client: QimClient, timeout: float = 5) -> dict:
+async def next_signal(client: QimClient, timeout: float = 30) -> dict:
+    """The next RTC_SIGNAL push; the wait ends when it arrives (generous for a loaded machine)."""
     return await client.next_push(timeout=timeout, type="RTC_SIGNAL")
 
 
@@ -58,3 +61,16 @@ def record_rows(deployment: QimDeployment, call_id: str) -> int:
 async def unread_of(client: QimClient, conversation_id: str) -> int:
     listing = await client.request("CONVERSATIONS")
     return next(i["unread"] for i in listing["items"] if i["conversation_id"] == conversation_id)
+
+
+async def wait_until_registry(client: QimClient, custom_type: str, timeout: float = 60, **fields: Any) -> None:
+    """Poll REGISTRY_GET on the client's node until `custom_type` shows `fields` there (each
+    node re-reads a changed registry within a second, later on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        types = (await client.request("REGISTRY_GET", since_version=0))["types"]
+        shown = next((t for t in types if t["custom_type"] == custom_type), {})
+        if all(shown.get(k) == v for k, v in fields.items()):
+            return
+        assert time.monotonic() < deadline, f"{custom_type} not {fields} on the node after {timeout} s: {shown}"
+        await asyncio.sleep(0.1)

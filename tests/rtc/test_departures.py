@@ -57,21 +57,25 @@ async def accepted_call(rig: Rig, alice: Persona, bob: Persona, conversation: st
 async def test_a_party_vanishing_mid_call_hangs_up_for_the_other_and_frees_both(rig: Rig, who: str) -> None:
     alice, bob, carol = (rig.tenant.persona(n) for n in ("alice", "bob", "carol"))
     conversation = direct(alice, bob)
+    calling = time.monotonic()  # before the accept: the call's duration starts after this
     a, b, call = await accepted_call(rig, alice, bob, conversation)
     await asyncio.sleep(1.2)
     gone, stays, gone_persona, stays_persona = (a, b, alice, bob) if who == "caller" else (b, a, bob, alice)
     vanished = time.monotonic()
     vanish(gone)
 
-    hangup = await next_signal(stays, timeout=GRACE_S + 5)
-    assert GRACE_S - 0.3 <= time.monotonic() - vanished < GRACE_S + 4
+    hangup = await next_signal(stays, timeout=60)
+    hung_up = time.monotonic()
+    assert hung_up - vanished >= GRACE_S - 0.3  # the grace was waited out, however late
     assert hangup == {
         "type": "RTC_SIGNAL", "conversation_id": conversation, "from_user_id": gone_persona.user_id,
         "from_device_id": None, "call_id": call, "action": "hangup", "signal_payload": DISCONNECTED,
     }
-    # The call lasted from accept to the disconnect, not to the end of the grace.
+    # The call lasted from accept to the disconnect, not to the end of the grace: the server
+    # saw the disconnect at least GRACE_S before the hangup reached us (rounded to seconds).
     (record,) = await call_records(stays, conversation)
-    assert record["payload"]["outcome"] == "completed" and 1 <= record["payload"]["duration_s"] <= 2
+    assert record["payload"]["outcome"] == "completed"
+    assert 1 <= record["payload"]["duration_s"] <= round(hung_up - GRACE_S - calling), (record, hung_up - calling)
     assert record_rows(rig.deployment, call) == 1
 
     # Neither is busy: the one who stayed calls a third user, the vanished one comes back and calls.

@@ -20,6 +20,7 @@ from tests.rtc.rtc_helpers import (
     rtc_pushes,
     signal,
     unread_of,
+    wait_until_registry,
 )
 
 OFFER = {"sdp": {"type": "offer", "sdp": "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n"}}
@@ -225,12 +226,15 @@ async def test_illegal_transitions_are_conflicts_and_unknown_calls_not_found(rig
 async def test_whether_call_records_count_unread_follows_the_tenants_registry(rig: Rig) -> None:
     tenant = rig.deployment.tenants["globex"]
     api_ok(tenant.node, "PATCH", f"registry/types/{CALL_RECORD}", tenant.admin_token, json={"counts_unread": False})
-    await asyncio.sleep(1.2)  # every node re-reads the registry within 1 s
     try:
         alice, bob = tenant.persona("alice"), tenant.persona("bob")
         conversation = direct(alice, bob)
         a = await alice.connect(rig.caller_node)
         b = await bob.connect(rig.callee_node)
+        # Both nodes serve the changed type before the call (each re-reads within a second,
+        # later on a loaded machine): polled, not slept on.
+        for client in (a, b):
+            await wait_until_registry(client, CALL_RECORD, counts_unread=False)
         call = new_call_id()
         await signal(a, conversation, bob, call, "invite")
         await signal(a, conversation, bob, call, "cancel")

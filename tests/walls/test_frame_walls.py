@@ -206,7 +206,7 @@ async def test_a_registry_change_is_announced_in_its_tenant_only(acme: TenantHan
     a, g = await acme.persona("ann").connect(), await globex.persona("gil").connect()
     api_ok(globex.node, "POST", "registry/types", globex.admin_token,
            json={"custom_type": f"globex.note{next(_serial)}.v1", "delivery_class": "persistent"})
-    updated = await g.next_push(timeout=10, type="REGISTRY_UPDATED")
+    updated = await g.next_push(timeout=30, type="REGISTRY_UPDATED")
     assert updated["registry_version"] == (await g.request("REGISTRY_GET"))["registry_version"]
     await a.request("PING")  # anything pushed to acme's socket by the same change is in by now
     assert [p for p in a.drain_pushes() if p.get("type") == "REGISTRY_UPDATED"] == []

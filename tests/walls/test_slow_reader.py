@@ -66,7 +66,7 @@ async def test_a_reader_that_stops_is_closed_released_and_catches_up_with_no_gap
     cursor = (await request(lazy, {"type": "SYNC", "req_id": "s", "after_mailbox_seq": 0}))["next_mailbox_seq"]
     room_position = (await request(lazy, {"type": "ROOM_JOIN", "req_id": "j", "room_id": room}))["latest_room_seq"]
     await request(lazy, {"type": "PRESENCE_SUB", "req_id": "p", "user_ids": [watcher.user_id]})
-    assert (await w.next_push(timeout=10, type="PRESENCE"))["online"] is True
+    assert (await w.next_push(timeout=30, type="PRESENCE"))["online"] is True
     assert api_ok(tenant.node, "GET", f"rooms/{room}", sender.token())["online_count"] == 2
 
     big = "x" * 30_000
@@ -100,7 +100,7 @@ async def test_a_reader_that_stops_is_closed_released_and_catches_up_with_no_gap
     again = await raw_session(small_buffers, sleeper)
     assert await catch_up_messages(again, cursor, conversation) == messages
     assert await catch_up_room(again, room, room_position) == room_events
-    assert (await w.next_push(timeout=10, type="PRESENCE"))["online"] is True
+    assert (await w.next_push(timeout=30, type="PRESENCE"))["online"] is True
     await again.close()
 
 

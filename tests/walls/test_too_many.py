@@ -26,7 +26,7 @@ async def test_presence_watches_stop_at_the_cap(acme: TenantHandle) -> None:
         await client.request("PRESENCE_SUB", user_ids=["one-too-many"])
     assert over.value.code == "too_large"
     await bob.connect()
-    online = await client.next_push(timeout=10, type="PRESENCE")
+    online = await client.next_push(timeout=30, type="PRESENCE")
     assert (online["user_id"], online["online"]) == (bob.user_id, True)
     await client.request("PRESENCE_UNSUB", user_ids=["nobody1"])
     assert (await client.request("PRESENCE_SUB", user_ids=["one-more"]))["presence"] == {"one-more": False}

@@ -49,10 +49,13 @@ async def test_idle_and_garbage_sockets_are_closed_and_do_not_starve_a_control(s
                           json={"kind": "group", "member_user_ids": [bob.user_id]})["conversation_id"]
     control, receiver = await alice.connect(), await bob.connect()
 
-    idle, opened_at = [], []
+    # When each connect() began: the server starts its timer at accept, which comes after
+    # that and before the client sees the handshake's answer, so this is the lower bound that
+    # holds however slowly a loaded machine answers the handshake.
+    idle, connecting_at = [], []
     for _ in range(IDLE):
+        connecting_at.append(time.monotonic())
         idle.append(await websockets.connect(tenant.node.ws_url))
-        opened_at.append(time.monotonic())
     garbage = []
     for n in range(60):
         ws = await websockets.connect(tenant.node.ws_url, max_size=None)
@@ -73,7 +76,9 @@ async def test_idle_and_garbage_sockets_are_closed_and_do_not_starve_a_control(s
     assert [code for code, _ in closes[:IDLE]] == [4408] * IDLE
     assert [code for code, _ in closes[IDLE:]] == [4401] * len(garbage)
     # Not one idle socket was closed before its time (however late a loaded machine makes it).
-    assert all(at - opened >= AUTH_TIMEOUT_S * 0.99 for (_, at), opened in zip(closes, opened_at))
+    early = [(n, round(at - began, 3)) for n, ((_, at), began) in enumerate(zip(closes, connecting_at))
+             if at - began < AUTH_TIMEOUT_S * 0.99]
+    assert not early, f"idle sockets closed before QIM_AUTH_TIMEOUT_S ({AUTH_TIMEOUT_S} s): {early[:5]}"
     assert (await control.request("PING"))["type"] == "PONG"  # still authenticated and served
 
 
