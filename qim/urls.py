@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from qim import api, api_docs, web_client
+from qim import api, api_docs, api_tenant, web_client
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
@@ -22,6 +22,7 @@ api_v1 = [
     path("moderation/recall", api.ModerationRecallView.as_view(), name="moderation-recall"),
     path("node", api.NodeStatsView.as_view(), name="node-stats"),
     path("health", api.HealthView.as_view(), name="health"),
+    path("tenant/settings", api_tenant.TenantSettingsView.as_view(), name="tenant-settings"),
     path("", include("registry.urls")),
     path("", include("rtc.urls")),
     path("", include("rooms.urls")),
