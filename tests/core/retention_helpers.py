@@ -51,5 +51,9 @@ def json_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
+def last_line(stdout: str) -> dict[str, Any]:
+    return json_lines(stdout)[-1]
+
+
 def by_tenant(stdout: str) -> dict[str, dict[str, Any]]:
     return {line["tenant"]: line for line in json_lines(stdout)}
