@@ -4,6 +4,7 @@ and the tenant wall. The run under concurrent SEND traffic is test_retention_pos
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,13 @@ async def globex(deployment: QimDeployment) -> Iterator[TenantHandle]:
     yield handle
     await handle.close_clients()
     set_retention(handle, 0)
+
+
+async def until(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
 
 
 def texts(events: list[dict]) -> list[str]:
@@ -113,6 +121,12 @@ async def test_a_mailbox_emptied_by_retention_says_so_to_a_sync_from_before(
     assert texts(again["events"]) == ["fresh"] and again["history_truncated"] is True
     assert "history_truncated" not in await c.request("SYNC", after_mailbox_seq=again["next_mailbox_seq"])
 
+    # The Python SDK's catch-up on connect notices the flag (and still hands on "fresh").
+    sdk = await carol.connect(device_id="tablet", sync=True)
+    await until(lambda: sdk.mailbox.catch_ups >= 1)
+    assert sdk.mailbox.history_truncations == 1
+    assert sdk.cursor == again["next_mailbox_seq"]
+
 
 async def test_dry_run_counts_and_a_tenant_run_never_touches_another_tenant(
     deployment: QimDeployment, acme: TenantHandle, globex: TenantHandle
@@ -149,7 +163,7 @@ def test_the_retention_setting_over_rest(acme: TenantHandle, globex: TenantHandl
     dave = acme.persona("dave")
     assert api(acme.node, "GET", "tenant/settings", dave.token()).json() == {"tenant": "acme", "message_retention_s": 0}
     refused = api(acme.node, "PATCH", "tenant/settings", dave.token(), json={"message_retention_s": 60})
-    assert refused.status_code == 403 and refused.json()["code"] and refused.json()["message"]
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden" and refused.json()["message"]
     for bad in ({"message_retention_s": -1}, {"message_retention_s": "soon"}, {"message_retention_s": 10**12}):
         answer = api(acme.node, "PATCH", "tenant/settings", acme.admin_token, json=bad)
         assert answer.status_code == 400 and answer.json()["code"] == "bad_request", bad
