@@ -5,12 +5,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from qim import api, api_docs, api_tenant, web_client
+from qim import api, api_data_protection, api_docs, api_tenant, web_client
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
     path("users", api.UsersView.as_view(), name="users"),
     path("users/<str:user_id>/deactivate", api.UserDeactivateView.as_view(), name="user-deactivate"),
+    path("users/<str:user_id>/export", api_data_protection.UserExportView.as_view(), name="user-export"),
+    path("users/<str:user_id>/erase", api_data_protection.UserEraseView.as_view(), name="user-erase"),
     path("conversations", api.ConversationsView.as_view(), name="conversations"),
     path("conversations/<str:conversation_id>/members", api.MembersView.as_view(), name="members"),
     path(

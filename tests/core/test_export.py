@@ -138,3 +138,35 @@ async def test_erasure_tombstones_what_they_sent_and_touches_no_one_else(
     assert deployment.db.count(
         "qim_device", "user_id IN (SELECT id FROM qim_user WHERE tenant_id = (SELECT id FROM qim_tenant WHERE name = 'acme') AND username LIKE 'erased-%')"
     ) == 0
+
+
+async def test_a_tenant_admin_exports_and_erases_a_user_over_rest(deployment: QimDeployment, acme: TenantHandle) -> None:
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    group = create_group(alice, bob)
+    a = await alice.connect()
+    mine = await send_text(a, group, "over rest")
+    globex = deployment.tenants["globex"]
+
+    exported = api(acme.node, "GET", f"users/{alice.user_id}/export", acme.admin_token)
+    assert exported.status_code == 200 and exported.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    assert [m["payload"] for m in of_type(lines, "message")] == [{"text": "over rest"}]
+    assert_no_secrets(exported.text, [alice.token(), acme.admin_token])
+
+    # Walls and roles: another tenant's admin, a plain user, oneself.
+    for path in (f"users/{alice.user_id}/export", f"users/{alice.user_id}/erase"):
+        method = "GET" if path.endswith("export") else "POST"
+        outsider = api(globex.node, method, path, globex.admin_token)
+        assert (outsider.status_code, outsider.json()["code"]) == (404, "not_found")
+        plain = api(acme.node, method, path, bob.token())
+        assert (plain.status_code, plain.json()["code"]) == (403, "forbidden")
+    assert api(acme.node, "GET", "users/nosuch/export", acme.admin_token).json()["code"] == "not_found"
+    myself = api(acme.node, "POST", "users/admin/erase", acme.admin_token)
+    assert (myself.status_code, myself.json()["code"]) == (409, "conflict")
+
+    erased = api_ok(acme.node, "POST", f"users/{alice.user_id}/erase", acme.admin_token)
+    assert erased["erased_user_id"] == alice.user_id and erased["messages_tombstoned"] == 1
+    history = await (await bob.connect()).request("HISTORY", conversation_id=group)
+    row = next(m for m in history["messages"] if m["conversation_seq"] == mine["conversation_seq"])
+    assert row["state"] == "deleted" and row["payload"] is None
+    assert api(acme.node, "POST", f"users/{alice.user_id}/erase", acme.admin_token).status_code == 404
