@@ -3,8 +3,9 @@
 Each batch is its own short transaction over at most QIM_RETENTION_BATCH rows found by an
 index, so a SEND never waits on more than one batch's row locks. What goes, per tenant:
 
-* each user's mailbox entries created before the cut-off (mailbox_seq is otherwise gap-free,
-  so SYNC reports the hole they leave as `history_truncated`, qim/queries/retention.py);
+* each user's mailbox entries created before the cut-off, below their first newer entry
+  (mailbox_seq is otherwise gap-free, so SYNC reports the hole they leave as
+  `history_truncated`, qim/queries/retention.py);
 * each conversation's log below its first row sent at or after the cut-off (a prefix of the
   log, so HISTORY's `history_truncated` is "the oldest kept seq is above where you asked"),
   with what cascades from those rows (mailbox entries still pointing at them, call records)
@@ -79,6 +80,9 @@ def _purge(tenant: Tenant, cutoff: int, batch: int, report: RetentionReport) -> 
     dry_run = report.dry_run
     for user_pk in _ids(User.objects.filter(tenant=tenant)):
         entries = UserMailboxEntry.objects.filter(user_id=user_pk, created_at_ms__lt=cutoff)
+        kept = first_kept_mailbox_seq(user_pk, cutoff)
+        if kept is not None:
+            entries = entries.filter(mailbox_seq__lt=kept)
         report.deleted["qim.UserMailboxEntry"] += _delete_in_batches(entries, "mailbox_seq", batch, dry_run)
     for conversation_id in _ids(Conversation.objects.filter(tenant=tenant)):
         below = first_kept_seq(conversation_id, cutoff)
@@ -89,6 +93,16 @@ def _purge(tenant: Tenant, cutoff: int, batch: int, report: RetentionReport) -> 
         report.deleted.update(_delete_log(log, batch, dry_run))
         for listener in conversation_purged:
             report.deleted.update(listener(conversation_id, below, batch, dry_run))
+
+
+def first_kept_mailbox_seq(user_pk: int, cutoff: int) -> int | None:
+    """The user's first entry created at or after the cut-off (None: every entry is older).
+    Retention deletes below it only, so its reads walk the old entries, never a long mailbox
+    of new ones; an entry a few ms older behind it (nodes' clocks) waits for the next run."""
+    return (
+        UserMailboxEntry.objects.filter(user_id=user_pk, created_at_ms__gte=cutoff)
+        .order_by("mailbox_seq").values_list("mailbox_seq", flat=True).first()
+    )
 
 
 def first_kept_seq(conversation_id: str, cutoff: int) -> int:

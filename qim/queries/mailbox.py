@@ -53,7 +53,8 @@ def sync_page(
     fitted = fit_list(events, max_bytes)
     if len(fitted.items) < len(events):
         next_seq = fitted.items[-1]["mailbox_seq"]
-        truncated = mailbox_truncated(user_pk, after_mailbox_seq, [r.mailbox_seq for r in rows if r.mailbox_seq <= next_seq])
+        sent_seqs = [r.mailbox_seq for r in rows if r.mailbox_seq <= next_seq]
+        truncated = mailbox_truncated(user_pk, after_mailbox_seq, sent_seqs)
         return SyncPage(fitted.items, fitted.json, next_seq, has_more=True, history_truncated=truncated)
     next_seq = rows[-1].mailbox_seq if rows else after_mailbox_seq
     truncated = mailbox_truncated(user_pk, after_mailbox_seq, [r.mailbox_seq for r in rows])
