@@ -66,7 +66,9 @@ async def test_retention_under_concurrent_sends_keeps_every_new_message_and_no_o
     await asyncio.wait_for(asyncio.gather(*senders), timeout=120)
     report = by_tenant(stdout)["acme"]
 
-    assert any(during for _, _, during in acks), "no SEND was acknowledged while the run went on"
+    during_run = sum(1 for _, _, during in acks if during)
+    assert during_run > 0, "no SEND was acknowledged while the run went on"
+    print(f"\nretention under traffic: {during_run} SENDs acknowledged during the run, report {report}")
     assert report["deleted"]["qim.MessageRecord"] == len(aged[group]) + len(aged[pair])
     assert report["deleted"]["reactions.MessageReaction"] == 10
     for conversation_id in (group, pair):
