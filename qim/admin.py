@@ -27,7 +27,7 @@ from qim.moderation import ModerationService, Moderator
 
 @admin.register(Tenant)
 class TenantAdmin(ReadableDatesAdmin):
-    list_display = ["name", "registry_version", "created_at"]
+    list_display = ["name", "registry_version", "message_retention_s", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["registry_version", "created_at"]
 

@@ -49,3 +49,10 @@ history_rendered: Hook[Callable[[str, list[dict[str, Any]]], object]] = Hook("hi
 # qim_bootstrap made (or re-made) a tenant and committed it: `(tenant)`, outside any
 # transaction. Registered by: registry (installs the built-in qim.* types).
 tenant_created: Hook[Callable[["Tenant"], object]] = Hook("tenant_created")
+
+# Retention deleted a conversation's log below a seq: `(conversation_id, below_seq, batch,
+# dry_run)` -> {model label: rows deleted (or, dry, that would be)}. Called after the log rows
+# went (a racing REACT then finds no message and adds nothing), outside any transaction: a
+# listener commits a batch per transaction. Registered by: reactions (details, aggregates and
+# fingerprints of those messages).
+conversation_purged: Hook[Callable[[str, int, int, bool], dict[str, int]]] = Hook("conversation_purged")

@@ -187,6 +187,10 @@ QIM_PUSH_STATS_INTERVAL_S = env.float("QIM_PUSH_STATS_INTERVAL_S", default=60.0)
 # How long a finished (sent or failed) task stays in the outbox for operators before a worker
 # deletes it; 0 keeps every task forever.
 QIM_PUSH_TASK_RETENTION_S = env.float("QIM_PUSH_TASK_RETENTION_S", default=7 * 24 * 3600.0)
+# Retention (qim/retention.py): how many rows `qim_retention` deletes per transaction (short
+# transactions, so SENDs never wait long on its locks). The retention itself is per tenant
+# (Tenant.message_retention_s, 0 = keep forever), set in the admin or over REST.
+QIM_RETENTION_BATCH = env.int("QIM_RETENTION_BATCH", default=1000)
 # How old a node's copy of a tenant's registry may get before it re-checks the version in
 # the database (the fallback when a change notice is missed; protocol.md §6 asks for 1 s).
 QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)

@@ -5,13 +5,15 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from qim import api, api_docs, readiness, web_client
+from qim import api, api_data_protection, api_docs, api_tenant, readiness, web_client
 from qim.metrics.view import metrics
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
     path("users", api.UsersView.as_view(), name="users"),
     path("users/<str:user_id>/deactivate", api.UserDeactivateView.as_view(), name="user-deactivate"),
+    path("users/<str:user_id>/export", api_data_protection.UserExportView.as_view(), name="user-export"),
+    path("users/<str:user_id>/erase", api_data_protection.UserEraseView.as_view(), name="user-erase"),
     path("conversations", api.ConversationsView.as_view(), name="conversations"),
     path("conversations/<str:conversation_id>/members", api.MembersView.as_view(), name="members"),
     path(
@@ -24,6 +26,7 @@ api_v1 = [
     path("node", api.NodeStatsView.as_view(), name="node-stats"),
     path("health", api.HealthView.as_view(), name="health"),
     path("ready", readiness.ready, name="ready"),
+    path("tenant/settings", api_tenant.TenantSettingsView.as_view(), name="tenant-settings"),
     path("", include("registry.urls")),
     path("", include("rtc.urls")),
     path("", include("rooms.urls")),

@@ -71,6 +71,9 @@ class MailboxSync:
         self.catch_ups = 0
         self.gap_fills = 0
         self.invalid_events = 0
+        # SYNC pages that said `history_truncated` (§6.2): the server's retention deleted
+        # entries after our cursor; the page itself is normal, this only tells the app.
+        self.history_truncations = 0
         self._queue: asyncio.Queue[MailboxEvent] | None = (
             asyncio.Queue(max_queued_events) if max_queued_events > 0 else None
         )
@@ -233,6 +236,9 @@ class MailboxSync:
                 fields["limit"] = self.page_size
             batch = await self.session.request("SYNC", **fields)
             before = self.cursor
+            if batch.get("history_truncated"):
+                self.history_truncations += 1
+                logger.info("SYNC after %d: older mailbox entries were deleted by the server's retention", before)
             fresh = [e for e in self._ordered(batch.get("events")) if e["mailbox_seq"] > self.cursor]
             await self._prepare(fresh)
             for event in fresh:

@@ -16,6 +16,12 @@ class ReactionsConfig(AppConfig):
         message_recalled.register(do_delete_reactions)
         history_rendered.register(attach_summaries)
 
+        from qim.hooks import conversation_purged
+        from reactions.retention import purge_reactions
+
+        # Retention (qim/retention.py) takes the reactions of the messages it deletes.
+        conversation_purged.register(purge_reactions)
+
         from django.db.models.signals import post_save
 
         from qim.models import MembershipInterval

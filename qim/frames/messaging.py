@@ -37,6 +37,7 @@ from qim.queries.conversations import (
 )
 from qim.queries.conversation_list import ListCursor, conversation_page
 from qim.queries.mailbox import sync_page
+from qim.queries.retention import history_truncated
 from qim.ratelimit import check_rate, take_rate
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
@@ -163,12 +164,15 @@ async def handle_sync(conn: Connection, frame: Sync) -> dict:
     page = await in_db_thread(sync_page)(
         conn.user_pk, conn.device_id, frame.after_mailbox_seq, frame.limit, max_bytes=reply_items_budget(frame.req_id)
     )
-    return {
+    reply = {
         "type": "SYNC_BATCH",
         "events": page.events_json,
         "next_mailbox_seq": page.next_mailbox_seq,
         "has_more": page.has_more,
     }
+    if page.history_truncated:
+        reply["history_truncated"] = True  # retention deleted entries after the cursor (§6.2)
+    return reply
 
 
 @frame_handler("HISTORY", History)
@@ -177,21 +181,27 @@ async def handle_history(conn: Connection, frame: History) -> dict:
     rows beyond it exist in the direction of paging (protocol.md §6.3)."""
     max_bytes = reply_items_budget(frame.req_id)
 
-    def read() -> HistoryPage:
+    def read() -> tuple[HistoryPage, bool]:
         conversation = access_conversation(conn.tenant_id, frame.conversation_id)
         intervals = access_member_intervals(conversation, conn.user_pk)
-        return history(
+        page = history(
             conversation, intervals,
             before_seq=frame.before_seq, after_seq=frame.after_seq, limit=frame.limit, max_bytes=max_bytes,
         )
+        return page, history_truncated(
+            conversation, intervals, after_seq=frame.after_seq, before_seq=frame.before_seq, has_more=page.has_more
+        )
 
-    page = await in_db_thread(read)()
-    return {
+    page, truncated = await in_db_thread(read)()
+    reply = {
         "type": "HISTORY_BATCH",
         "conversation_id": frame.conversation_id,
         "messages": page.messages_json,
         "has_more": page.has_more,
     }
+    if truncated:
+        reply["history_truncated"] = True  # retention deleted rows where this page reaches (§6.3)
+    return reply
 
 
 @frame_handler("CONVERSATIONS", Conversations)

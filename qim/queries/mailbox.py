@@ -9,6 +9,7 @@ import msgspec
 
 from qim.gateway.fit import fit_list
 from qim.models import UserMailboxEntry
+from qim.queries.retention import mailbox_truncated
 from qim.render import mailbox_event
 
 SYNC_DEFAULT_LIMIT = 200
@@ -22,6 +23,8 @@ class SyncPage:
     events_json: msgspec.Raw
     next_mailbox_seq: int
     has_more: bool
+    # Retention deleted entries after the cursor (qim/queries/retention.py): SYNC_BATCH says so.
+    history_truncated: bool = False
 
 
 def sync_page(
@@ -49,6 +52,10 @@ def sync_page(
     ]
     fitted = fit_list(events, max_bytes)
     if len(fitted.items) < len(events):
-        return SyncPage(fitted.items, fitted.json, fitted.items[-1]["mailbox_seq"], has_more=True)
+        next_seq = fitted.items[-1]["mailbox_seq"]
+        sent_seqs = [r.mailbox_seq for r in rows if r.mailbox_seq <= next_seq]
+        truncated = mailbox_truncated(user_pk, after_mailbox_seq, sent_seqs)
+        return SyncPage(fitted.items, fitted.json, next_seq, has_more=True, history_truncated=truncated)
     next_seq = rows[-1].mailbox_seq if rows else after_mailbox_seq
-    return SyncPage(events, fitted.json, next_seq, has_more)
+    truncated = mailbox_truncated(user_pk, after_mailbox_seq, [r.mailbox_seq for r in rows])
+    return SyncPage(events, fitted.json, next_seq, has_more, history_truncated=truncated)

@@ -25,7 +25,9 @@ NO_ID_ENDPOINTS = {"node-stats", "health", "ready", "rtc-ice-servers", "schema",
                    # Each acts on the caller's own tenant only (tests/push/test_push_credentials_api.py
                    # test_each_tenant_sees_and_changes_only_its_own).
                    "push-credentials", "push-credentials-apns", "push-credentials-fcm", "push-credentials-web",
-                   "push-credentials-web-generate"}
+                   "push-credentials-web-generate",
+                   # The caller's own tenant (tests/core/test_retention.py test_the_retention_setting_over_rest).
+                   "tenant-settings"}
 
 
 @dataclass
@@ -111,6 +113,8 @@ CASES: dict[str, list[Case]] = {
                        lambda w: w.globex_type) for m in ("GET", "PUT", "PATCH", "DELETE")],
     "user-deactivate": [(lambda w, u: ("POST", f"users/{u}/deactivate", w.acme.admin_token, None),
                          lambda w: w.gina.user_id)],
+    "user-export": [(lambda w, u: ("GET", f"users/{u}/export", w.acme.admin_token, None), lambda w: w.gina.user_id)],
+    "user-erase": [(lambda w, u: ("POST", f"users/{u}/erase", w.acme.admin_token, None), lambda w: w.gina.user_id)],
     # Creations last: each makes acme's own object of the foreign name.
     "users": [(lambda w, u: ("POST", "users", w.acme.admin_token, {"username": u, "password": "pw-long-enough"}),
                lambda w: w.gina.user_id)],

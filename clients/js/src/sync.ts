@@ -43,6 +43,8 @@ export interface MailboxEvents {
   event: MailboxEvent;
   /** A catch-up finished: the cursor is at the mailbox's head as of that SYNC. */
   synced: { cursor: number; events: number };
+  /** A SYNC page said `history_truncated`: retention deleted entries after `after` (§6.2). */
+  historyTruncated: { after: number };
 }
 
 export class MailboxSync extends Emitter<MailboxEvents> {
@@ -112,6 +114,7 @@ export class MailboxSync extends Emitter<MailboxEvents> {
         after_mailbox_seq: this.cursor,
         limit: this.pageSize,
       });
+      if (batch.history_truncated === true) this.emit("historyTruncated", { after: this.cursor });
       for (const event of batch.events) if (this.deliver(event)) delivered += 1;
       // Entries of this device are skipped by the server but still move the cursor.
       this.advance(batch.next_mailbox_seq);

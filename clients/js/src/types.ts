@@ -128,6 +128,8 @@ export interface SyncBatch extends Frame {
   events: MailboxEvent[];
   next_mailbox_seq: number;
   has_more: boolean;
+  /** Present (true) when the server's retention deleted entries after the cursor (protocol §6.2). */
+  history_truncated?: boolean;
 }
 
 export interface HistoryBatch extends Frame {
@@ -135,6 +137,8 @@ export interface HistoryBatch extends Frame {
   conversation_id: string;
   messages: Message[];
   has_more?: boolean;
+  /** Present (true) when the page reaches rows the server's retention deleted (protocol §6.3). */
+  history_truncated?: boolean;
 }
 
 export interface ConversationItem {
