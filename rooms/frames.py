@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 
 from qim.conf import limit
-from qim.content_types import EPHEMERAL_AGGREGATE, resolve_send_policy
+from qim.content_types import check_send_policy
 from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.frames.messaging import check_payload
@@ -122,9 +122,7 @@ async def leave_all_rooms(conn: Connection) -> None:
 async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
     """Through the registry like SEND; answered by the room's writer, wherever it is."""
     joined_room(conn, frame.room_id)
-    policy = await resolve_send_policy(conn.tenant_id, frame.content_type)
-    if policy is None or policy.delivery_class == EPHEMERAL_AGGREGATE:
-        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r} to send")
+    policy = await check_send_policy(conn.tenant_id, frame.content_type, "send")
     check_payload(frame.content_type, frame.payload, policy.max_payload_bytes)
     ack = await get_room_service().call_writer(
         room_key(conn.tenant_id, frame.room_id),
