@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from qim.conf import limit
+from qim.errors import Refused
 
 PERSISTENT, EPHEMERAL, EPHEMERAL_AGGREGATE = "persistent", "ephemeral", "ephemeral_aggregate"
 OWN_SEQ, ANCHOR_TARGET, NONE = "own_seq", "anchor_target", "none"
@@ -148,6 +149,16 @@ def sendable_policy(snapshot: TypeSnapshot, content_type: str) -> TypePolicy | N
 
 async def resolve_send_policy(tenant_id: int, content_type: str) -> TypePolicy | None:
     return sendable_policy(await _type_registry.get(tenant_id), content_type)
+
+
+async def check_send_policy(tenant_id: int, content_type: str, verb: str) -> TypePolicy:
+    """The policy of a type SEND and ROOM_SEND may carry: sendable, and not
+    ephemeral_aggregate (those are REACT's, design §3); `unknown_custom_type` otherwise,
+    naming what the frame (`verb`) wanted to do."""
+    policy = await resolve_send_policy(tenant_id, content_type)
+    if policy is None or policy.delivery_class == EPHEMERAL_AGGREGATE:
+        raise Refused("unknown_custom_type", f"no enabled type {content_type!r} to {verb}")
+    return policy
 
 
 def rendering_policy(tenant_id: int, content_type: str) -> TypePolicy | None:

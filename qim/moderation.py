@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import transaction
-
 from qim.actions.log import lock_conversation
-from qim.actions.recall import complete_recall, do_log_recall
+from qim.actions.recall import LoggedRecall, do_log_recall_once, recall_in_design_order
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, ModerationAudit, User
-from qim.queries.control import access_timeline_message, recall_event_of
+from qim.queries.control import access_timeline_message
 
 
 @dataclass(frozen=True)
@@ -64,20 +62,19 @@ class ModerationService:
         the event. Refuses `not_found` for other tenants' conversations, control events and
         unknown seqs, writing nothing (no audit either: nothing was done).
         """
-        with transaction.atomic():
+
+        def step_1() -> LoggedRecall:
             conversation = lock_conversation_of_tenant(conversation_id, moderator.tenant_id)
             target = access_timeline_message(conversation, conversation_seq)
             now = self.clock()
-            event, push = recall_event_of(conversation.pk, conversation_seq), None
-            created = event is None
-            if event is None:
-                appended = do_log_recall(
-                    conversation, target, actor=moderator.user, device_id=moderator.device_id, now=now, moderated=True
-                )
-                event, push = appended.record, appended.push
-            do_audit_recall(moderator, target, event, created=created, reason=reason, now=now)
-        complete_recall(event, push)
-        return ModerationResult(event.conversation_seq, created)
+            logged = do_log_recall_once(
+                conversation, target, actor=moderator.user, device_id=moderator.device_id, now=now, moderated=True
+            )
+            do_audit_recall(moderator, target, logged.event, created=logged.created, reason=reason, now=now)
+            return logged
+
+        logged = recall_in_design_order(step_1)
+        return ModerationResult(logged.event.conversation_seq, logged.created)
 
 
 def lock_conversation_of_tenant(conversation_id: str, tenant_id: int) -> Conversation:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from qim.actions.conversations import do_create_group
 from qim.errors import Refused
-from qim.models import Conversation, MembershipInterval, User
+from qim.models import Conversation, User
 from rooms.models import Room
 
 
@@ -28,12 +29,7 @@ def do_promote_room(room: Room, user_ids: list[str]) -> Conversation:
     if not users:
         raise Refused("bad_request", "a promoted group needs at least one member")
     with transaction.atomic():
-        conversation = Conversation.objects.create(
-            tenant_id=room.tenant_id, kind=Conversation.GROUP, title=room.title or room.room_id
-        )
-        MembershipInterval.objects.bulk_create(
-            [MembershipInterval(conversation=conversation, user=u, joined_at=0) for u in users]
-        )
+        conversation = do_create_group(room.tenant_id, room.title or room.room_id, [u.pk for u in users])
         room.promoted_to = conversation
         room.save(update_fields=["promoted_to"])
     return conversation

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 
 from qim.conf import limit
-from qim.content_types import EPHEMERAL_AGGREGATE, resolve_send_policy
+from qim.content_types import check_send_policy
 from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.frames.messaging import check_payload
@@ -76,11 +76,7 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
         raise Refused("room_limit", f"at most {limit('max_rooms_per_connection'):g} rooms per connection")
     service = get_room_service()
     service.ensure_started()  # this node re-reports its counts from now on (RoomService._report_once)
-    room = service.local.room(key, conn.tenant_id, frame.room_id)
-    room.members.discard(conn)
-    room.live_after.pop(conn, None)
-    room.joining[conn] = []
-    conn.rooms.add(frame.room_id)
+    room = service.local.begin_join(conn, key, frame.room_id)
     try:
         body = await service.call_writer(
             key, "room.join",
@@ -88,15 +84,11 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
              "max_bytes": reply_items_budget(frame.req_id)},
         )
     except Exception:
-        room.joining.pop(conn, None)
-        conn.rooms.discard(frame.room_id)
-        service.local.forget_if_empty(room)
+        service.local.abort_join(room, conn)
         raise
     if not service.local.accept_epoch(room, body["room_epoch"]):
         # Answered by a writer that lost its lease meanwhile: the client joins again.
-        room.joining.pop(conn, None)
-        conn.rooms.discard(frame.room_id)
-        service.local.forget_if_empty(room)
+        service.local.abort_join(room, conn)
         raise Refused("conflict", "the room's writer changed during the join; retry", retry_after_ms=100)
     reply = batch_reply(body)
     if frame.req_id is not None:
@@ -109,15 +101,8 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
 async def leave(conn: Connection, room_id: str) -> None:
     service = get_room_service()
     key = room_key(conn.tenant_id, room_id)
-    conn.rooms.discard(room_id)
-    room = service.local.rooms.get(key)
-    if room is None:
-        return
-    room.members.discard(conn)
-    room.live_after.pop(conn, None)
-    room.joining.pop(conn, None)
-    service.local.forget_if_empty(room)
-    await service.report_count(key)
+    if service.local.leave(conn, key, room_id):
+        await service.report_count(key)
 
 
 @frame_handler("ROOM_LEAVE", RoomLeave, foreground=False)
@@ -137,9 +122,7 @@ async def leave_all_rooms(conn: Connection) -> None:
 async def handle_room_send(conn: Connection, frame: RoomSend) -> dict:
     """Through the registry like SEND; answered by the room's writer, wherever it is."""
     joined_room(conn, frame.room_id)
-    policy = await resolve_send_policy(conn.tenant_id, frame.content_type)
-    if policy is None or policy.delivery_class == EPHEMERAL_AGGREGATE:
-        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r} to send")
+    policy = await check_send_policy(conn.tenant_id, frame.content_type, "send")
     check_payload(frame.content_type, frame.payload, policy.max_payload_bytes)
     ack = await get_room_service().call_writer(
         room_key(conn.tenant_id, frame.room_id),

@@ -315,7 +315,37 @@ class LocalRooms:
         else:
             self._deferred.pop(conn, None)
 
-    # --- joins ------------------------------------------------------------------------
+    # --- joins and leaves --------------------------------------------------------------
+    # A connection's place in a room (members, joining, live_after) and its conn.rooms entry
+    # change only here, so a frame handler cannot leave them half undone.
+
+    def begin_join(self, conn: Connection, key: str, room_id: str) -> LocalRoom:
+        """A join (or rejoin) starts: live events for `conn` wait in the room's join buffer
+        until finish_join hands them over, after the reply."""
+        room = self.room(key, conn.tenant_id, room_id)
+        room.members.discard(conn)
+        room.live_after.pop(conn, None)
+        room.joining[conn] = []
+        conn.rooms.add(room_id)
+        return room
+
+    def abort_join(self, room: LocalRoom, conn: Connection) -> None:
+        """A join that was not answered: the connection is out of the room (a rejoin too)."""
+        room.joining.pop(conn, None)
+        conn.rooms.discard(room.room_id)
+        self.forget_if_empty(room)
+
+    def leave(self, conn: Connection, key: str, room_id: str) -> bool:
+        """The connection leaves the room; False when this node had no such room."""
+        conn.rooms.discard(room_id)
+        room = self.rooms.get(key)
+        if room is None:
+            return False
+        room.members.discard(conn)
+        room.live_after.pop(conn, None)
+        room.joining.pop(conn, None)
+        self.forget_if_empty(room)
+        return True
 
     async def finish_join(self, room: LocalRoom, conn: Connection, reply_latest: int) -> None:
         """After the join's reply went out: hand over what arrived meanwhile, then go live."""

@@ -46,13 +46,24 @@ def do_create_conversation(
             raise Refused("bad_request", "a direct conversation has exactly 2 members")
         return _find_or_create_direct(creator, next(iter(members.values())), e2ee)
     with transaction.atomic():
-        conversation = Conversation.objects.create(
-            tenant_id=creator.tenant_id, kind=Conversation.GROUP, title=title, e2ee=e2ee
-        )
-        MembershipInterval.objects.bulk_create(
-            [MembershipInterval(conversation=conversation, user=u, joined_at=0) for u in [creator, *members.values()]]
+        conversation = do_create_group(
+            creator.tenant_id, title, [u.pk for u in [creator, *members.values()]], e2ee=e2ee
         )
     return conversation, True
+
+
+def do_create_group(
+    tenant_id: int, title: str, member_pks: list[int], *, e2ee: bool = False, batch_size: int | None = None
+) -> Conversation:
+    """A group with these members, all joined_at = 0: no event is written, so its first SEND
+    takes seq 1. The one way a group is made (REST, a promoted room, qim_populate); joins the
+    caller's transaction, and trusts the caller to have checked the members' tenant."""
+    conversation = Conversation.objects.create(tenant_id=tenant_id, kind=Conversation.GROUP, title=title, e2ee=e2ee)
+    MembershipInterval.objects.bulk_create(
+        [MembershipInterval(conversation=conversation, user_id=pk, joined_at=0) for pk in member_pks],
+        batch_size=batch_size,
+    )
+    return conversation
 
 
 def _find_or_create_direct(creator: User, other: User, e2ee: bool) -> tuple[Conversation, bool]:
@@ -152,9 +163,5 @@ def do_populate_group(tenant: Tenant, title: str, usernames: list[str]) -> str:
         chunk = usernames[start : start + 2000]
         user_pks += list(User.objects.filter(tenant=tenant, username__in=chunk).values_list("pk", flat=True))
     with transaction.atomic():
-        conversation = Conversation.objects.create(tenant=tenant, kind=Conversation.GROUP, title=title)
-        MembershipInterval.objects.bulk_create(
-            [MembershipInterval(conversation=conversation, user_id=pk, joined_at=0) for pk in user_pks],
-            batch_size=5000,
-        )
+        conversation = do_create_group(tenant.pk, title, user_pks, batch_size=5000)
     return conversation.pk

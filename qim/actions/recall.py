@@ -1,7 +1,11 @@
 """RECALL by the sender within recall_self_window_s: the qim.recall.v1 event is committed
-first, then the target row is recalled (design §2, C-5). ModerationService reuses both steps."""
+first, then the target row is recalled (design §2, C-5). ModerationService goes through the
+same flow (recall_in_design_order, do_log_recall_once)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -20,6 +24,25 @@ from qim.queries.conversations import access_member_intervals
 from qim.windows import recall_deadline_ms
 
 
+@dataclass(frozen=True)
+class LoggedRecall:
+    """Step 1's outcome: the qim.recall.v1 event, its push when this call logged it (None
+    when the message was recalled already), and whether it did."""
+
+    event: MessageRecord
+    push: UserPush | None
+    created: bool
+
+
+def recall_in_design_order(step_1: Callable[[], LoggedRecall]) -> LoggedRecall:
+    """Every recall's flow, self or moderated: `step_1` (lock, check, log the event, via
+    do_log_recall_once) commits in its own transaction, then step 2 in another (design §2)."""
+    with transaction.atomic():
+        logged = step_1()
+    complete_recall(logged.event, logged.push)
+    return logged
+
+
 def check_recall_message(user: User, device_id: str, conversation_id: str, conversation_seq: int) -> int:
     """The sender recalls their message; answers the seq of its qim.recall.v1 event.
 
@@ -29,23 +52,41 @@ def check_recall_message(user: User, device_id: str, conversation_id: str, conve
     `window_expired`, writing nothing. A message already recalled answers its existing
     event's seq and writes nothing: a retry after a lost ACK (or a crash) is safe.
     """
-    with transaction.atomic():
+
+    def step_1() -> LoggedRecall:
         conversation = lock_conversation(conversation_id)
         access_member_intervals(conversation, user.pk)
         target = access_timeline_message(conversation, conversation_seq)
         if target.sender_id != user.pk:
             raise Refused("forbidden", "only its sender recalls a message (tenant admins: moderation/recall)")
-        earlier = recall_event_of(conversation.pk, conversation_seq)
-        if earlier is not None:
-            event, push = earlier, None
-        else:
-            now = now_ms()
-            if now >= recall_deadline_ms(target):
-                raise Refused("window_expired", "the recall window of this message has closed")
-            appended = do_log_recall(conversation, target, actor=user, device_id=device_id, now=now)
-            event, push = appended.record, appended.push
-    complete_recall(event, push)
-    return event.conversation_seq
+        return do_log_recall_once(
+            conversation, target, actor=user, device_id=device_id, now=now_ms(), deadline_ms=recall_deadline_ms(target)
+        )
+
+    return recall_in_design_order(step_1).event.conversation_seq
+
+
+def do_log_recall_once(
+    conversation: Conversation,
+    target: MessageRecord,
+    *,
+    actor: User,
+    device_id: str | None,
+    now: int,
+    deadline_ms: int | None = None,
+    moderated: bool = False,
+) -> LoggedRecall:
+    """Step 1 unless it was done: the target's existing recall event (a retry writes
+    nothing, whatever the window), or a new one. Refuses `window_expired` for a new one at or
+    past `deadline_ms` (moderation has none). Expects the conversation locked in the
+    caller's transaction."""
+    earlier = recall_event_of(conversation.pk, target.conversation_seq)
+    if earlier is not None:
+        return LoggedRecall(earlier, None, created=False)
+    if deadline_ms is not None and now >= deadline_ms:
+        raise Refused("window_expired", "the recall window of this message has closed")
+    appended = do_log_recall(conversation, target, actor=actor, device_id=device_id, now=now, moderated=moderated)
+    return LoggedRecall(appended.record, appended.push, created=True)
 
 
 def do_log_recall(

@@ -13,10 +13,9 @@ from qim.clock import now_ms
 from qim.content_types import (
     ANCHOR_TARGET,
     EPHEMERAL,
-    EPHEMERAL_AGGREGATE,
     PERSISTENT,
     TEXT,
-    resolve_send_policy,
+    check_send_policy,
 )
 from qim.db import in_db_thread
 from qim.errors import Refused
@@ -110,9 +109,7 @@ def check_payload(content_type: str, payload: Any, max_bytes: int) -> str:
 async def handle_send(conn: Connection, frame: Send) -> dict:
     """Persistent types go the mailbox path; ephemeral ones are relayed to the members online
     now; ephemeral_aggregate types are REACT's, never SEND's (design §3)."""
-    policy = await resolve_send_policy(conn.tenant_id, frame.content_type)
-    if policy is None or policy.delivery_class == EPHEMERAL_AGGREGATE:
-        raise Refused("unknown_custom_type", f"no enabled type {frame.content_type!r} to SEND")
+    policy = await check_send_policy(conn.tenant_id, frame.content_type, "SEND")
     payload_json = check_payload(frame.content_type, frame.payload, policy.max_payload_bytes)
     anchored = policy.delivery_class == PERSISTENT and policy.anchor_mode == ANCHOR_TARGET
     if anchored != (frame.target_conversation_seq is not None):

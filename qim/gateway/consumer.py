@@ -32,7 +32,7 @@ from qim.log_context import bind_connection, frame_scope
 from qim.metrics import instruments as metrics
 from qim.outage import outage_of
 from qim.queries import identity_for_token
-from qim.queries.identity import token_expires_at_ms
+from qim.queries.identity import Identity, token_expires_at_ms
 
 logger = logging.getLogger(__name__)
 
@@ -272,18 +272,37 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _authenticate(self, text: str | None, size: int) -> None:
         """The first frame must be AUTH with a token issued for the named device."""
-        frame = None
-        if text is not None and size <= settings.QIM_MAX_INBOUND_FRAME_BYTES:
-            try:
-                raw = parse_frame(text)
-                if raw.get("type") == "AUTH":
-                    frame = convert_frame(raw, AuthFrame, "AUTH", text)
-            except Refused:
-                frame = None
+        frame = self._auth_frame_of(text, size)
         if frame is None:
             await self._refuse("the first frame must be AUTH {token, device_id}")
             return
         metrics.count_frame_in("AUTH")
+        identity = await self._identity_or_refuse(frame)
+        if identity is None:
+            return
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+        self.conn = self._connection_of(identity, frame)
+        bind_connection(self.conn)
+        if await self._register_or_refuse(frame):
+            await self.send_frame(self._auth_ok(identity, get_node().node_id, frame.req_id))
+
+    @staticmethod
+    def _auth_frame_of(text: str | None, size: int) -> AuthFrame | None:
+        """The AUTH frame, or None for anything else (too big, not JSON, another type, bad fields)."""
+        if text is None or size > settings.QIM_MAX_INBOUND_FRAME_BYTES:
+            return None
+        try:
+            raw = parse_frame(text)
+            if raw.get("type") == "AUTH":
+                return convert_frame(raw, AuthFrame, "AUTH", text)
+        except Refused:
+            pass
+        return None
+
+    async def _identity_or_refuse(self, frame: AuthFrame) -> Identity | None:
+        """The token's identity; None once the client was answered and the socket closed
+        (an unknown token, or a database that cannot be asked)."""
         try:
             identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
         except Exception as exc:
@@ -293,14 +312,13 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             logger.warning("AUTH refused: database unavailable (%s)", str(exc).strip().splitlines()[0])
             await self.send_frame(unavailable_or_internal(exc, frame.req_id))
             await self.close(code=CLOSE_TRY_AGAIN_LATER)
-            return
+            return None
         if identity is None:
             await self._refuse("unknown token, or a token of another device", frame.req_id)
-            return
-        if self._auth_timer is not None:
-            self._auth_timer.cancel()
-        node = get_node()
-        self.conn = Connection(
+        return identity
+
+    def _connection_of(self, identity: Identity, frame: AuthFrame) -> Connection:
+        return Connection(
             connection_id=str(ULID()),
             tenant_id=identity.tenant_id,
             tenant_name=identity.tenant_name,
@@ -316,7 +334,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             token_issued_ms=identity.token_issued_ms,
             close_for_credentials=self._close_for_credentials,
         )
-        bind_connection(self.conn)
+
+    async def _register_or_refuse(self, frame: AuthFrame) -> bool:
+        """Announce the connection on this node; False once the client was told to come back
+        later (Redis unreachable) and the socket closed."""
+        node = get_node()
         try:
             await node.register(self.conn)
         except Exception as exc:
@@ -326,14 +348,17 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             node.counters["redis_unavailable_replies"] += 1
             await self.send_frame(outage_frame(frame.req_id))
             await self.close(code=CLOSE_TRY_AGAIN_LATER)
-            return
+            return False
+        return True
+
+    def _auth_ok(self, identity: Identity, node_id: str, req_id: str | None) -> dict[str, Any]:
         reply = {
             "type": "AUTH_OK",
             "user_id": identity.user_id,
             "tenant": identity.tenant_name,
             "device_id": identity.device_id,
             "connection_id": self.conn.connection_id,
-            "node_id": node.node_id,
+            "node_id": node_id,
             "server_time_ms": now_ms(),
             "registry_version": identity.registry_version,
             "token_expires_at_ms": token_expires_at_ms(identity.token_issued_ms),
@@ -344,9 +369,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 "max_inbound_frame_depth": settings.QIM_MAX_INBOUND_FRAME_DEPTH,
             },
         }
-        if frame.req_id is not None:
-            reply["req_id"] = frame.req_id
-        await self.send_frame(reply)
+        if req_id is not None:
+            reply["req_id"] = req_id
+        return reply
 
     async def _refuse(self, message: str, req_id: str | None = None) -> None:
         await self.send_frame(error_frame("unauthenticated", message, req_id))

@@ -15,7 +15,7 @@ from qim.actions.accounts import (
     do_populate_users,
 )
 from qim.errors import Refused
-from qim.models import Device, DeviceToken, Tenant, User
+from qim.models import Conversation, Device, DeviceToken, MembershipInterval, Tenant, User
 from qim.queries import identity_for_token
 
 pytestmark = pytest.mark.django_db
@@ -84,3 +84,17 @@ def test_populate_command_writes_the_tokens_file(tmp_path) -> None:
     written = json.loads(out.read_text())
     assert len(written["users"]) == 30 and written["group"] is None
     assert identity_for_token(written["users"]["u000030"], "bench") is not None
+
+
+def test_populate_command_makes_a_group_of_the_first_users_joined_at_zero(tmp_path) -> None:
+    do_bootstrap_tenant("acme", "admin", "pw")
+    out = tmp_path / "tokens.json"
+    call_command(
+        "qim_populate", "--tenant", "acme", "--users", "30", "--tokens-out", str(out),
+        "--group", "crowd", "--group-members", "20",
+    )
+    group = Conversation.objects.get(pk=json.loads(out.read_text())["group"])
+    assert group.kind == Conversation.GROUP and group.title == "crowd" and not group.e2ee
+    intervals = MembershipInterval.objects.filter(conversation=group)
+    assert sorted(i.user.username for i in intervals) == [f"u{n:06d}" for n in range(1, 21)]
+    assert {(i.joined_at, i.left_at) for i in intervals} == {(0, None)}
