@@ -1,4 +1,6 @@
-"""One asyncio Redis client per event loop, for the presence directory, leases and calls.
+"""The one Redis connection factory: one asyncio client per event loop (the presence
+directory, leases, calls, reaction windows) and the rate limiter's storage. Reaching Redis
+another way (Sentinel) changes this module and the channel-layer config (qim/settings.py).
 
 Its pool makes a caller wait for a free connection when all QIM_REDIS_MAX_CONNECTIONS are in
 use (redis-py's default pool raises MaxConnectionsError instead: 500 sockets joining a room or
@@ -14,6 +16,7 @@ import weakref
 
 import redis.asyncio as aioredis
 from django.conf import settings
+from limits.aio.storage import RedisStorage
 
 from qim.outage import resilient_options
 
@@ -37,3 +40,17 @@ def get_redis() -> aioredis.Redis:
         client = aioredis.Redis(connection_pool=pool)
         _clients[loop] = client
     return client
+
+
+def redis_configured() -> bool:
+    """Whether this process reaches a Redis (qim/backends.py then chooses the Redis family)."""
+    return bool(settings.QIM_REDIS_URL)
+
+
+def rate_limit_storage(key_prefix: str) -> RedisStorage:
+    """The `limits` library's storage on the same Redis: it opens its own connections from a
+    URL (its RedisSentinelStorage for Sentinel); one per event loop, like the clients above."""
+    return RedisStorage(
+        "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix=key_prefix,
+        **resilient_options(),
+    )

@@ -5,3 +5,8 @@ from django.apps import AppConfig
 
 class RoomsConfig(AppConfig):
     name = "rooms"
+
+    def ready(self) -> None:
+        from rooms.leases import register_lease_backend
+
+        register_lease_backend()

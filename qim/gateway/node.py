@@ -21,17 +21,14 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from qim.backends import make_backend
 from qim.background import spawn
 from qim.conf import limit
 from qim.errors import Refused
 from qim.gateway.codec import encode
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.foreground import ForegroundWork
-from qim.gateway.presence import (
-    MemoryPresenceDirectory,
-    PresenceDirectory,
-    RedisPresenceDirectory,
-)
+from qim.gateway.presence import PresenceDirectory
 
 if TYPE_CHECKING:
     from qim.gateway.user_push import UserPush
@@ -433,11 +430,9 @@ _node: ConnectionNode | None = None
 
 
 def make_directory() -> PresenceDirectory:
-    if settings.QIM_REDIS_URL:
-        from qim.redis_client import get_redis
-
-        return RedisPresenceDirectory(get_redis, ttl_s=limit("presence_ttl_s"))
-    return MemoryPresenceDirectory()
+    """The presence directory of the family qim/backends.py chose for this process."""
+    directory: PresenceDirectory = make_backend("presence")
+    return directory
 
 
 def get_node() -> ConnectionNode:
