@@ -35,6 +35,7 @@ def get_redis() -> aioredis.Redis:
             decode_responses=True,
             max_connections=settings.QIM_REDIS_MAX_CONNECTIONS,
             timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
+            socket_timeout=settings.QIM_REDIS_SOCKET_TIMEOUT_S,
             **resilient_options(),
         )
         client = aioredis.Redis(connection_pool=pool)

@@ -52,6 +52,9 @@ QIM_REDIS_URL = env.str("QIM_REDIS_URL", default="")
 # past this many in use, callers wait up to the timeout for one (qim/redis_client.py).
 QIM_REDIS_MAX_CONNECTIONS = env.int("QIM_REDIS_MAX_CONNECTIONS", default=100)
 QIM_REDIS_POOL_TIMEOUT_S = env.float("QIM_REDIS_POOL_TIMEOUT_S", default=10.0)
+# How long one of those connections waits for a reply before the command fails (and is
+# retried, qim/outage.py): redis-py's own default, 5 s; fault tests lengthen it.
+QIM_REDIS_SOCKET_TIMEOUT_S = env.float("QIM_REDIS_SOCKET_TIMEOUT_S", default=5.0)
 QIM_FAULT = env.str("QIM_FAULT", default="")
 
 # --- tunables (design doc; protocol.md §1): name -> default, unit in the suffix ----------
