@@ -8,6 +8,12 @@ class QimConfig(AppConfig):
     verbose_name = "QIM core"
 
     def ready(self) -> None:
+        # The core's backends (qim/backends.py chooses memory or Redis for all of them).
+        from qim.gateway.presence import register_presence_backend
+        from qim.ratelimit import register_rate_limit_backend
+
+        register_presence_backend()
+        register_rate_limit_backend()
         # Each app's frames module registers its handlers in the gateway's dispatch table.
         from qim.gateway.dispatch import load_frame_modules
 

@@ -1,7 +1,7 @@
 """Hard rate limits (per user, per room) on the `limits` library's moving window.
 
-In memory when embedded; in Redis when QIM_REDIS_URL is set, so a user's budget is shared by
-every node they connect to. A refused hit costs nothing and answers how long to wait.
+In memory when embedded; in Redis when qim/backends.py chooses Redis (QIM_REDIS_URL set), so a
+user's budget is shared by every node they connect to. A refused hit costs nothing and answers how long to wait.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import math
 import time
 import weakref
 
-from django.conf import settings
 from limits import RateLimitItem, RateLimitItemPerSecond
-from limits.aio.storage import MemoryStorage, RedisSentinelStorage, RedisStorage
+from limits.aio.storage import MemoryStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+from qim.backends import make_backend, register_backend
 from qim.errors import Refused
 from qim.metrics.instruments import count_rate_limited
-from qim.outage import resilient_options
+from qim.redis_client import rate_limit_storage
 
 _limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
     weakref.WeakKeyDictionary()
@@ -34,33 +34,19 @@ def rate_item(per_second: float) -> RateLimitItem:
     return RateLimitItemPerSecond(max(1, round(per_second)), 1)
 
 
+def register_rate_limit_backend() -> None:
+    """The `limits` storages are the two implementations (QimConfig.ready registers them)."""
+    register_backend("rate_limits", memory=MemoryStorage, redis=lambda: rate_limit_storage("qim:rate"))
+
+
 def _limiter() -> MovingWindowRateLimiter:
     loop = asyncio.get_running_loop()
     limiter = _limiters.get(loop)
     if limiter is None:
-        if settings.QIM_REDIS_SENTINELS:
-            storage = sentinel_storage()
-        elif settings.QIM_REDIS_URL:
-            storage = RedisStorage(
-                "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate",
-                **resilient_options(),
-            )
-        else:
-            storage = MemoryStorage()
+        storage: Storage = make_backend("rate_limits")
         limiter = MovingWindowRateLimiter(storage)
         _limiters[loop] = limiter
     return limiter
-
-
-def sentinel_storage() -> RedisSentinelStorage:
-    """The windows on the master Sentinel names, never on a replica (a moving window read
-    from a lagging replica would let a burst through)."""
-    sentinel_password = settings.QIM_REDIS_SENTINEL_PASSWORD
-    return RedisSentinelStorage(
-        "async+" + settings.QIM_REDIS_URL, implementation="redispy", key_prefix="qim:rate",
-        use_replicas=False, sentinel_kwargs={"password": sentinel_password} if sentinel_password else None,
-        db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD, **resilient_options(),
-    )
 
 
 async def check_rate(name: str, per_second: float, *identifiers: str) -> None:

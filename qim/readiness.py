@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -21,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from qim.db_outage import RETRY_AFTER_MS
 from qim.gateway.node import get_node
-from qim.redis_client import probe_client
+from qim.redis_client import probe_client, redis_configured, redis_passwords
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ async def check_redis() -> None:
 def checks() -> dict[str, Callable[[], Awaitable[None]]]:
     """What this node depends on: the database always, Redis when configured."""
     found: dict[str, Callable[[], Awaitable[None]]] = {"database": check_database}
-    if settings.QIM_REDIS_URL:
+    if redis_configured():
         found["redis"] = check_redis
     return found
 
@@ -108,8 +107,7 @@ def _first_line(exc: BaseException) -> str:
 
 def scrubbed(text: str) -> str:
     """`text` without the database's or Redis's password, should a driver's message hold one."""
-    for secret in (settings.DATABASES["default"].get("PASSWORD"), urlsplit(settings.QIM_REDIS_URL).password,
-                   settings.QIM_REDIS_PASSWORD, settings.QIM_REDIS_SENTINEL_PASSWORD):
+    for secret in (settings.DATABASES["default"].get("PASSWORD"), *redis_passwords()):
         if secret:
             text = text.replace(secret, "***")
     return text

@@ -69,6 +69,9 @@ if QIM_REDIS_SENTINELS:
 # More Redis servers for the channel layer alone (channels-redis hashes channels and groups
 # over them); without Sentinel. Empty: the channel layer uses QIM_REDIS_URL.
 QIM_CHANNEL_LAYER_REDIS_URLS = env.list("QIM_CHANNEL_LAYER_REDIS_URLS", default=[])
+# How long one of those connections waits for a reply before the command fails (and is
+# retried, qim/outage.py): redis-py's own default, 5 s; fault tests lengthen it.
+QIM_REDIS_SOCKET_TIMEOUT_S = env.float("QIM_REDIS_SOCKET_TIMEOUT_S", default=5.0)
 QIM_FAULT = env.str("QIM_FAULT", default="")
 
 # --- tunables (design doc; protocol.md §1): name -> default, unit in the suffix ----------

@@ -11,10 +11,12 @@ class ReactionsConfig(AppConfig):
         # page carries their summaries.
         from qim.hooks import history_rendered, message_recalled
         from reactions.actions import do_delete_reactions
+        from reactions.pusher import register_window_backend
         from reactions.queries import attach_summaries
 
         message_recalled.register(do_delete_reactions)
         history_rendered.register(attach_summaries)
+        register_window_backend()
 
         from qim.hooks import conversation_purged
         from reactions.retention import purge_reactions

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from django.conf import settings
 
+from qim.backends import make_backend, register_backend
 from qim.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
@@ -26,6 +26,7 @@ from qim.gateway import codec
 from qim.gateway.node import get_node
 from qim.notify import UserPush
 from qim.queries.conversations import current_members
+from qim.redis_client import get_redis
 from reactions.member_cache import member_ids
 from reactions.models import MessageReactionSummary
 
@@ -141,10 +142,10 @@ def current_pusher() -> ReactionPusher | None:
 def get_pusher() -> ReactionPusher:
     global _pusher
     if _pusher is None:
-        if settings.QIM_REDIS_URL:
-            from qim.redis_client import get_redis
-
-            _pusher = ReactionPusher(RedisMergeWindows(get_redis))
-        else:
-            _pusher = ReactionPusher(MemoryMergeWindows())
+        _pusher = ReactionPusher(make_backend("reaction_windows"))  # qim/backends.py chooses
     return _pusher
+
+
+def register_window_backend() -> None:
+    """The two merge-window stores (ReactionsConfig.ready registers them)."""
+    register_backend("reaction_windows", memory=MemoryMergeWindows, redis=lambda: RedisMergeWindows(get_redis))

@@ -12,3 +12,6 @@ class RoomsConfig(AppConfig):
         from rooms.metrics import room_metrics
 
         metrics_scraped.register(room_metrics)
+        from rooms.leases import register_lease_backend
+
+        register_lease_backend()

@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from qim.backends import register_backend
+from qim.redis_client import get_redis
+
 
 class LeaseStore(Protocol):
     async def acquire(self, key: str, holder: str, ttl_s: float) -> bool:
@@ -94,3 +97,8 @@ class RedisLeaseStore:
 
 def node_of(holder: str) -> str:
     return holder.rsplit(":", 1)[0]
+
+
+def register_lease_backend() -> None:
+    """The two lease stores (RoomsConfig.ready registers them, qim/backends.py chooses)."""
+    register_backend("room_leases", memory=MemoryLeaseStore, redis=lambda: RedisLeaseStore(get_redis))

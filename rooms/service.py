@@ -20,13 +20,14 @@ from django.conf import settings
 from django.db import transaction
 from ulid import ULID
 
+from qim.backends import make_backend
 from qim.background import every, spawn
 from qim.conf import limit
 from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_message_handler
 from qim.log_context import unbound
-from rooms.leases import LeaseStore, MemoryLeaseStore, RedisLeaseStore, node_of
+from rooms.leases import LeaseStore, RedisLeaseStore, node_of
 from rooms.local import LocalRoom, LocalRooms
 from rooms.models import Room
 from rooms.ring import RoomRing
@@ -268,12 +269,7 @@ def current_room_service() -> RoomService | None:
 def get_room_service() -> RoomService:
     global _service
     if _service is None:
-        if settings.QIM_REDIS_URL:
-            from qim.redis_client import get_redis
-
-            leases: LeaseStore = RedisLeaseStore(get_redis)
-        else:
-            leases = MemoryLeaseStore()
+        leases: LeaseStore = make_backend("room_leases")  # qim/backends.py: memory or Redis
         _service = RoomService(get_node(), leases)
     return _service
 

@@ -17,6 +17,7 @@ from qim.content_types import CALL_RECORD, builtin_policy, rendering_policy
 from qim.gateway import codec
 from qim.models import Device, PushTask, User
 from qim.queries.conversations import current_members
+from qim.queries.online import NOT_ASKED, online_before_lock
 from rtc.calls import Call
 from rtc.models import CallRecord, VoipPushQuota
 
@@ -38,17 +39,19 @@ def do_record_call(call: Call) -> int | None:
     recorded = CallRecord.objects.filter(tenant_id=call.tenant_id, call_id=call.call_id)
     if recorded.exists():
         return None
+    policy = rendering_policy(call.tenant_id, CALL_RECORD) or builtin_policy(CALL_RECORD)
+    # Asked before the lock, never under it (qim.queries.online).
+    online = online_before_lock(call.tenant_id, call.conversation_id) if policy.counts_unread else NOT_ASKED
     try:
         with transaction.atomic():
             conversation = lock_conversation(call.conversation_id)
             if recorded.exists():
                 return None
             caller = User.objects.get(tenant_id=call.tenant_id, username=call.caller_id)
-            policy = rendering_policy(call.tenant_id, CALL_RECORD) or builtin_policy(CALL_RECORD)
             appended = append_to_log(
                 conversation, sender=caller, sender_device_id=call.caller_device_id, policy=policy,
                 payload_json=codec.encode(call_record_payload(call)),
-                recipients=current_members(conversation.pk), now_ms=now_ms(),
+                recipients=current_members(conversation.pk), now_ms=now_ms(), online=online,
             )
             CallRecord.objects.create(
                 tenant_id=call.tenant_id, call_id=call.call_id, conversation=conversation,

@@ -5,3 +5,8 @@ from django.apps import AppConfig
 
 class RtcConfig(AppConfig):
     name = "rtc"
+
+    def ready(self) -> None:
+        from rtc.calls import register_call_backend
+
+        register_call_backend()

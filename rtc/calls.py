@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
+from qim.backends import make_backend, register_backend
+from qim.redis_client import get_redis
+
 RINGING, ACCEPTED, ENDED = "ringing", "accepted", "ended"
 COMPLETED, MISSED, REJECTED, CANCELLED, BUSY = "completed", "missed", "rejected", "cancelled", "busy"
 
@@ -375,15 +378,13 @@ _store: CallStore | None = None
 
 
 def get_call_store() -> CallStore:
-    """This process's store: Redis when QIM_REDIS_URL is set, in process otherwise."""
+    """This process's store, of the family qim/backends.py chose (Redis or in process)."""
     global _store
     if _store is None:
-        from django.conf import settings
-
-        if settings.QIM_REDIS_URL:
-            from qim.redis_client import get_redis
-
-            _store = RedisCallStore(get_redis)
-        else:
-            _store = MemoryCallStore()
+        _store = make_backend("calls")
     return _store
+
+
+def register_call_backend() -> None:
+    """The two call stores (RtcConfig.ready registers them)."""
+    register_backend("calls", memory=MemoryCallStore, redis=lambda: RedisCallStore(get_redis))

@@ -6,11 +6,12 @@ from django.db import IntegrityError, transaction
 
 from qim.actions.log import Appended, append_to_log, lock_conversation
 from qim.clock import now_ms
-from qim.content_types import MEMBERSHIP, builtin_policy, rendering_policy
+from qim.content_types import MEMBERSHIP, TypePolicy, builtin_policy, rendering_policy
 from qim.errors import Refused
 from qim.gateway import codec
 from qim.models import Conversation, MembershipInterval, Tenant, User
 from qim.queries.conversations import current_members
+from qim.queries.online import NOT_ASKED, OnlineDevices, online_before_lock
 
 MAX_GROUP_MEMBERS_PER_REQUEST = 1000
 
@@ -85,8 +86,22 @@ def _find_or_create_direct(creator: User, other: User, e2ee: bool) -> tuple[Conv
     return conversation, True
 
 
+def _online_if_counted(actor: User, conversation_id: str, also: list[str]) -> OnlineDevices:
+    """Who is connected, asked before the lock (qim.queries.online), when the tenant's
+    membership events count (protocol.md §6); nobody is asked otherwise."""
+    if not _membership_policy(actor.tenant_id).counts_unread:
+        return NOT_ASKED
+    return online_before_lock(actor.tenant_id, conversation_id, also=also)
+
+
+def _membership_policy(tenant_id: int) -> TypePolicy:
+    # The tenant's registry row decides (an admin may make joins count, protocol.md §6).
+    return rendering_policy(tenant_id, MEMBERSHIP) or builtin_policy(MEMBERSHIP)
+
+
 def _log_membership(
-    conversation: Conversation, actor: User, device_id: str, action: str, affected: list[User], now: int
+    conversation: Conversation, actor: User, device_id: str, action: str, affected: list[User], now: int,
+    online: OnlineDevices,
 ) -> Appended:
     """The qim.membership.v1 event at seq J; everyone who is a member at J is told, and so are
     the affected users (a leaver's interval ends at J, but their clients must learn of it).
@@ -99,13 +114,13 @@ def _log_membership(
         conversation,
         sender=actor,
         sender_device_id=device_id,
-        # The tenant's registry row decides (an admin may make joins count, protocol.md §6).
-        policy=rendering_policy(conversation.tenant_id, MEMBERSHIP) or builtin_policy(MEMBERSHIP),
+        policy=_membership_policy(conversation.tenant_id),
         payload_json=payload,
         recipients=recipients,
         now_ms=now,
         kind="control",
         origin_device_id=device_id or None,
+        online=online,
     )
 
 
@@ -115,6 +130,7 @@ def do_add_members(conversation_id: str, actor: User, device_id: str, user_ids: 
     wanted = list(dict.fromkeys(user_ids))
     if not wanted or len(wanted) > MAX_GROUP_MEMBERS_PER_REQUEST:
         raise Refused("bad_request", f"name 1 to {MAX_GROUP_MEMBERS_PER_REQUEST} users")
+    online = _online_if_counted(actor, conversation_id, wanted)
     with transaction.atomic():
         conversation = lock_conversation(conversation_id)
         if conversation.kind != Conversation.GROUP:
@@ -127,7 +143,7 @@ def do_add_members(conversation_id: str, actor: User, device_id: str, user_ids: 
         if not joining:
             raise Refused("conflict", "every named user is already a member")
         now = now_ms()
-        appended = _log_membership(conversation, actor, device_id, "join", joining, now)
+        appended = _log_membership(conversation, actor, device_id, "join", joining, now, online)
         seq = appended.record.conversation_seq
         MembershipInterval.objects.bulk_create(
             [MembershipInterval(conversation=conversation, user=u, joined_at=seq - 1) for u in joining]
@@ -137,6 +153,7 @@ def do_add_members(conversation_id: str, actor: User, device_id: str, user_ids: 
 
 def do_remove_member(conversation_id: str, actor: User, device_id: str, user_id: str) -> int:
     """Leave (actor is the user) or remove (actor is a tenant admin) at seq J; left_at = J."""
+    online = _online_if_counted(actor, conversation_id, [user_id])
     with transaction.atomic():
         conversation = lock_conversation(conversation_id)
         if conversation.kind != Conversation.GROUP:
@@ -150,7 +167,7 @@ def do_remove_member(conversation_id: str, actor: User, device_id: str, user_id:
         if interval is None:
             raise Refused("not_found", f"{user_id} is not a member")
         action = "leave" if actor.pk == target.pk else "remove"
-        appended = _log_membership(conversation, actor, device_id, action, [target], now_ms())
+        appended = _log_membership(conversation, actor, device_id, action, [target], now_ms(), online)
         interval.left_at = appended.record.conversation_seq
         interval.save(update_fields=["left_at"])
     return appended.record.conversation_seq

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from asgiref.sync import async_to_sync
-
 from qim.actions.mailbox import (
     EntrySpec,
     bump_badges,
@@ -19,6 +17,7 @@ from qim.actions.mailbox import (
 from qim.content_types import OWN_SEQ, TypePolicy
 from qim.models import Conversation, MessageRecord, PushTask, User, UserMailboxEntry
 from qim.notify import UserPush, push_on_commit
+from qim.queries.online import NOT_ASKED, OnlineDevices
 from qim.render import mailbox_event, message_object
 
 
@@ -74,6 +73,7 @@ def append_to_log(
     target_conversation_seq: int | None = None,
     origin_device_id: str | None = None,
     defer_push: bool = False,
+    online: OnlineDevices = NOT_ASKED,
 ) -> Appended:
     """Write the next row of the log and diffuse it to `recipients` (user pk -> user id).
 
@@ -83,13 +83,17 @@ def append_to_log(
     push credentials. With `origin_device_id` the entries are never delivered to that device of
     the sender (protocol.md §5). With `defer_push` the caller sends `Appended.push`
     itself, later (recall and edit push once the target row is updated, design §2).
+    `online` is who was connected before the lock was taken (qim.queries.online): a counted
+    row's push goes to every device with credentials not in it.
     """
     row = LogRow(
         sender=sender, sender_device_id=sender_device_id, policy=policy, payload_json=payload_json,
         kind=kind, client_msg_id=client_msg_id, target_conversation_seq=target_conversation_seq,
         origin_device_id=origin_device_id,
     )
-    [appended] = append_rows_to_log(conversation, [row], recipients=recipients, now_ms=now_ms, defer_push=defer_push)
+    [appended] = append_rows_to_log(
+        conversation, [row], recipients=recipients, now_ms=now_ms, defer_push=defer_push, online=online,
+    )
     return appended
 
 
@@ -100,6 +104,7 @@ def append_rows_to_log(
     recipients: dict[int, str],
     now_ms: int,
     defer_push: bool = False,
+    online: OnlineDevices = NOT_ASKED,
 ) -> list[Appended]:
     """append_to_log for several rows at once, in order, all to the same recipients: the
     conversation row, each recipient's mailbox head and badge are written once for all of
@@ -114,7 +119,7 @@ def append_rows_to_log(
         tenant_id=conversation.tenant_id, conversation_id=conversation.pk, specs=specs,
         recipients=recipients, now_ms=now_ms,
     )
-    pushed = _count_for_others(conversation, rows, records, recipients, now_ms)
+    pushed = _count_for_others(conversation, rows, records, recipients, now_ms, online)
     appended = []
     for row, record, seqs, tasks in zip(rows, records, seqs_per_row, pushed):
         exclude = (row.sender.username, row.origin_device_id) if row.origin_device_id else None
@@ -167,9 +172,11 @@ def _count_for_others(
     records: Sequence[MessageRecord],
     recipients: dict[int, str],
     now_ms: int,
+    online_by_id: OnlineDevices,
 ) -> list[int]:
     """Badges and offline pushes of the counted rows: each recipient's badge grows by the
-    counted rows others wrote; answers the PushTasks queued per row."""
+    counted rows others wrote; answers the PushTasks queued per row. Asks no one who is
+    online: the row lock is held (`online_by_id` was asked before it, qim.queries.online)."""
     counted = [(row, record) for row, record in zip(rows, records) if row.policy.counts_unread]
     if not counted:
         return [0] * len(rows)
@@ -179,12 +186,7 @@ def _count_for_others(
     with_credentials = {user_pk for _, user_pk, _ in devices}
     if not with_credentials:
         return [0] * len(rows)
-    from qim.gateway.node import get_node
-
-    online_by_id = async_to_sync(get_node().directory.online_devices)(
-        conversation.tenant_id, [recipients[pk] for pk in with_credentials]
-    )
-    online = {pk: online_by_id.get(recipients[pk], set()) for pk in with_credentials}
+    online = {pk: set(online_by_id.get(recipients[pk], ())) for pk in with_credentials}
     # A push carries the badge as of its row: the final badge less the later rows it counts.
     still_to_come = dict(final_badges)
     pushed_per_record: dict[int, int] = {}

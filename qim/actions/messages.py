@@ -18,6 +18,7 @@ from qim.content_types import TypePolicy
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
 from qim.queries.conversations import access_conversation, current_members, require_current_member
+from qim.queries.online import NOT_ASKED, OnlineDevices, online_before_lock
 
 
 @dataclass(frozen=True)
@@ -115,15 +116,26 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
         else:
             fresh[request.key] = request
     to_write = list(fresh.values())
+    online = _online_before_lock(conversation_id, to_write)
     if len(to_write) > 1:
         try:
-            written = _write_sends(conversation_id, to_write)
+            written = _write_sends(conversation_id, to_write, online)
         except IntegrityError:  # a retry raced another node: settle them one by one
-            written = [_write_one(conversation_id, request) for request in to_write]
+            written = [_write_one(conversation_id, request, online) for request in to_write]
     else:
-        written = [_write_one(conversation_id, request) for request in to_write]
+        written = [_write_one(conversation_id, request, online) for request in to_write]
     outcomes.update(zip(fresh, written))
     return [outcomes[request.key] for request in requests]
+
+
+def _online_before_lock(conversation_id: str, requests: Sequence[SendRequest]) -> OnlineDevices:
+    """Who is connected, asked of the presence directory before the lock (qim.queries.online),
+    when any request counts; per sender tenant, of which at most one owns the conversation."""
+    tenants = {request.sender.tenant_id for request in requests if request.policy.counts_unread}
+    online: dict = {}
+    for tenant_id in sorted(tenants):
+        online.update(online_before_lock(tenant_id, conversation_id))
+    return online or NOT_ASKED
 
 
 def _access_refusal(conversation_id: str, request: SendRequest) -> Refused | None:
@@ -135,9 +147,9 @@ def _access_refusal(conversation_id: str, request: SendRequest) -> Refused | Non
     return None
 
 
-def _write_one(conversation_id: str, request: SendRequest) -> SendAck | Refused:
+def _write_one(conversation_id: str, request: SendRequest, online: OnlineDevices) -> SendAck | Refused:
     try:
-        [outcome] = _write_sends(conversation_id, [request])
+        [outcome] = _write_sends(conversation_id, [request], online)
         return outcome
     except IntegrityError:
         earlier = earlier_sends(conversation_id, [request]).get(request.key)
@@ -146,7 +158,9 @@ def _write_one(conversation_id: str, request: SendRequest) -> SendAck | Refused:
         return earlier
 
 
-def _write_sends(conversation_id: str, requests: Sequence[SendRequest]) -> list[SendAck | Refused]:
+def _write_sends(
+    conversation_id: str, requests: Sequence[SendRequest], online: OnlineDevices,
+) -> list[SendAck | Refused]:
     with transaction.atomic():
         try:
             conversation = lock_conversation(conversation_id)
@@ -164,6 +178,7 @@ def _write_sends(conversation_id: str, requests: Sequence[SendRequest]) -> list[
             return outcomes  # type: ignore[return-value]
         appended = iter(append_rows_to_log(
             conversation, [request.log_row() for request in accepted], recipients=members, now_ms=now_ms(),
+            online=online,
         ))
     return [outcome or _ack(next(appended).record) for outcome in outcomes]
 

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from qim.backends import make_backend
 from qim.conf import limit
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.fanout import FanOut
@@ -34,11 +35,7 @@ from qim.gateway.node_hooks import (
     start_hooks,
 )
 from qim.gateway.node_path import NODE_CHANNEL_PREFIX, NodePath, node_channel
-from qim.gateway.presence import (
-    MemoryPresenceDirectory,
-    PresenceDirectory,
-    RedisPresenceDirectory,
-)
+from qim.gateway.presence import PresenceDirectory
 from qim.gateway.presence_watch import PresenceWatch
 from qim.gateway.user_push import UserPush
 from qim.log_context import unbound
@@ -199,11 +196,9 @@ _node: ConnectionNode | None = None
 
 
 def make_directory() -> PresenceDirectory:
-    if settings.QIM_REDIS_URL:
-        from qim.redis_client import get_redis
-
-        return RedisPresenceDirectory(get_redis, ttl_s=limit("presence_ttl_s"))
-    return MemoryPresenceDirectory()
+    """The presence directory of the family qim/backends.py chose for this process."""
+    directory: PresenceDirectory = make_backend("presence")
+    return directory
 
 
 def get_node() -> ConnectionNode:

@@ -13,7 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Protocol
 
+from qim.backends import register_backend
+from qim.conf import limit
 from qim.gateway.connection import UserKey
+from qim.redis_client import get_redis
 
 
 class PresenceDirectory(Protocol):
@@ -238,3 +241,12 @@ class RedisPresenceDirectory:
         if members:
             pipe.zadd(key, members)
             pipe.pexpire(key, self._ttl_ms)
+
+
+def register_presence_backend() -> None:
+    """The directory's two implementations (QimConfig.ready registers them, qim/backends.py)."""
+    register_backend(
+        "presence",
+        memory=MemoryPresenceDirectory,
+        redis=lambda: RedisPresenceDirectory(get_redis, ttl_s=limit("presence_ttl_s")),
+    )

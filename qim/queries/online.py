@@ -1,0 +1,46 @@
+"""Who is online, asked before a log append takes the conversation's lock (issue #20).
+
+The presence directory is Redis on several nodes and the daphne loop when embedded: asking it
+under the row lock (SQLite: the database's one write lock) makes every other writer of the
+conversation wait for Redis or for a busy loop. So the caller asks first and the append
+decides who gets a PushTask from the answer. A member who joins or connects in between counts
+as offline and gets a push too many (harmless: the client shows the message once); a device
+that disconnects in between is missed exactly as one that disconnects just after the lookup
+always was, and finds the message in its mailbox when it reconnects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Set
+
+from asgiref.sync import async_to_sync
+
+from qim.gateway.node import get_node
+from qim.models import Device, MembershipInterval, User
+
+# user id -> ids of that user's devices connected to some node; absent users are offline.
+OnlineDevices = Mapping[str, Set[str]]
+
+# What an append is given when none of its rows can count (recall, edit): nobody was asked.
+NOT_ASKED: OnlineDevices = {}
+
+
+def online_before_lock(tenant_id: int, conversation_id: str, *, also: Iterable[str] = ()) -> OnlineDevices:
+    """The connected devices of the conversation's current members that have push credentials,
+    and of `also` (users of the tenant about to join). Call it outside any transaction; another
+    tenant's conversation has no members here, so it answers nobody."""
+    capable = Device.objects.exclude(push_token="", voip_token="").values("user_id")
+    members = MembershipInterval.objects.filter(
+        conversation_id=conversation_id, conversation__tenant_id=tenant_id, left_at__isnull=True,
+        user_id__in=capable,
+    ).values_list("user__username", flat=True)
+    user_ids = set(members)
+    also = list(also)
+    if also:
+        user_ids |= set(
+            User.objects.filter(tenant_id=tenant_id, username__in=also, id__in=capable)
+            .values_list("username", flat=True)
+        )
+    if not user_ids:
+        return NOT_ASKED
+    return async_to_sync(get_node().directory.online_devices)(tenant_id, sorted(user_ids))
