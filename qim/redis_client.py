@@ -1,7 +1,7 @@
 """The one Redis connection factory: one asyncio client per event loop (the presence
 directory, leases, calls, reaction windows), the rate limiter's storage and readiness probes,
 reaching one server (QIM_REDIS_URL) or the master the sentinels name (QIM_REDIS_SENTINELS,
-qim/redis_topology.py). The channel layer's config (qim/settings.py) is the only other place.
+qim/redis_topology.py). The channel layer's config (qim/settings/__init__.py) is the only other place.
 
 Its pool makes a caller wait for a free connection when all QIM_REDIS_MAX_CONNECTIONS are in
 use (redis-py's default pool raises MaxConnectionsError instead: 500 sockets joining a room or

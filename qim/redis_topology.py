@@ -4,13 +4,13 @@
 Every Redis user builds its connections from here, so all of them follow a failover the same
 way: our client (presence directory, room leases, reaction windows, call state;
 qim/redis_client.py), the rate limits (`limits`' storage, qim/ratelimit.py) and the channel
-layer (channels-redis, whose hosts qim/settings.py takes from `channel_layer_hosts`). With
+layer (channels-redis, whose hosts qim/settings/__init__.py takes from `channel_layer_hosts`). With
 Sentinel, each connection asks the sentinels for the master's address when it connects, and
 a connection broken by a failover reconnects to the promoted replica (redis-py's
 SentinelConnectionPool); until the sentinels have promoted one, calls fail as an outage
 (qim/outage.py: frames answer `unavailable`, AUTH closes 4503).
 
-Pure functions of their arguments: qim/settings.py calls them before Django is set up.
+Pure functions of their arguments: qim/settings/ calls them before Django is set up.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def _lock_target(conversation: Conversation, seq: int) -> bool:
     of the aggregate). So a batch that sees the message visible keeps it so until it commits,
     and a recall committed meanwhile is seen: it deletes what the batch wrote, or the batch
     reads `recalled` and writes nothing. SQLite has no row locks and ignores this; there every
-    write transaction is BEGIN IMMEDIATE (qim/settings.py), so writers run one at a time anyway.
+    write transaction is BEGIN IMMEDIATE (qim/settings/__init__.py), so writers run one at a time anyway.
     """
     states = MessageRecord.objects.select_for_update(no_key=True).filter(
         conversation=conversation, conversation_seq=seq, kind=MessageRecord.MESSAGE

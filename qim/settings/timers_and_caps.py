@@ -1,0 +1,53 @@
+"""The server's own timers and caps: retention batches, registry and recovery intervals, room
+leases, token lifetimes, metrics access, login throttles, frame and buffer sizes."""
+
+from __future__ import annotations
+
+from qim.settings.environment import env
+
+# Retention (qim/retention.py): how many rows `qim_retention` deletes per transaction (short
+# transactions, so SENDs never wait long on its locks). The retention itself is per tenant
+# (Tenant.message_retention_s, 0 = keep forever), set in the admin or over REST.
+QIM_RETENTION_BATCH = env.int("QIM_RETENTION_BATCH", default=1000)
+# How old a node's copy of a tenant's registry may get before it re-checks the version in
+# the database (the fallback when a change notice is missed; protocol.md §6 asks for 1 s).
+QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
+# How often each node finishes recalls and edits whose second step never ran (a node that
+# died between the steps, a step that failed), among those of the last 10 minutes
+# (qim/recovery.py); 0 leaves it to node starts and `qim_recover`.
+QIM_RECOVERY_INTERVAL_S = env.float("QIM_RECOVERY_INTERVAL_S", default=60.0)
+# How many types (built-in and disabled ones included) one tenant's registry may hold: the
+# REGISTRY reply carries them all in one frame, 300 bytes to 1 KiB each (long names and
+# templates), so 500 stay under the default frame cap whatever they hold.
+QIM_MAX_CUSTOM_TYPES_PER_TENANT = env.int("QIM_MAX_CUSTOM_TYPES_PER_TENANT", default=500)
+# How long a RoomWriter's lease lasts without renewal (renewed every third of it): after a
+# writer dies, another node takes the room over within about this long.
+QIM_ROOM_LEASE_TTL_S = env.float("QIM_ROOM_LEASE_TTL_S", default=5.0)
+# A writer whose room has had no members on any node and no message for this long, and whose
+# ring is empty, gives its lease up: an idle room costs no renewals (the next node that needs
+# it becomes its writer, epoch + 1). 0 keeps every writer until its node stops.
+QIM_ROOM_WRITER_IDLE_S = env.float("QIM_ROOM_WRITER_IDLE_S", default=3600.0)
+# Credentials (qim/frames/credentials.py): a token older than QIM_TOKEN_TTL_S is refused (0:
+# tokens never expire); every node re-checks its sockets' tokens this often, so a socket whose
+# token was revoked, expired or whose user was deactivated is closed (4403) even when the
+# revocation notice never reached the node.
+QIM_TOKEN_TTL_S = env.float("QIM_TOKEN_TTL_S", default=0.0)
+QIM_TOKEN_RECHECK_S = env.float("QIM_TOKEN_RECHECK_S", default=30.0)
+# Prometheus metrics (qim/metrics/, docs/operations.md "Metrics"). With a token, /metrics (on
+# every node, and on the push worker) answers only `Authorization: Bearer <token>`; empty, it
+# answers only loopback clients that did not come through a proxy. The push worker serves its
+# own /metrics on QIM_WORKER_METRICS_PORT (0: none), bound to QIM_WORKER_METRICS_BIND.
+QIM_METRICS_TOKEN = env.str("QIM_METRICS_TOKEN", default="")
+QIM_WORKER_METRICS_PORT = env.int("QIM_WORKER_METRICS_PORT", default=0)
+QIM_WORKER_METRICS_BIND = env.str("QIM_WORKER_METRICS_BIND", default="127.0.0.1")
+# POST auth/token attempts (qim/login_throttle.py), in the `limits` library's notation
+# ("10/minute", "100 per hour"), counted per tenant+username and per client address.
+QIM_AUTH_TOKEN_RATE_PER_ACCOUNT = env.str("QIM_AUTH_TOKEN_RATE_PER_ACCOUNT", default="10/minute")
+QIM_AUTH_TOKEN_RATE_PER_ADDRESS = env.str("QIM_AUTH_TOKEN_RATE_PER_ADDRESS", default="60/minute")
+# Unread bytes a socket may have queued on its node before it is closed (4429) as too slow.
+QIM_MAX_OUTBOUND_BUFFER_BYTES = env.int("QIM_MAX_OUTBOUND_BUFFER_BYTES", default=4 * 1024 * 1024)
+# Frames larger than this get ERROR too_large (protocol.md §4); daphne's own limit is set higher.
+QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
+# Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
+# decoding and encoding recurse once per level (qim/gateway/inbound.py).
+QIM_MAX_INBOUND_FRAME_DEPTH = 32
