@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+
+import pytest
 
 from pytest_redis import factories
+
+from tests.harness.redis_server import RedisServer
 
 # pytest-redis starts redis-server with `timeout 15`: connections idle for 15 s are closed by
 # the server, and a node's pooled Redis connection then fails its next command once (redis-py
@@ -16,3 +21,11 @@ from pytest_redis import factories
 quiet_redis = factories.redis_proc(
     executable=shutil.which("redis-server") or "/usr/bin/redis-server", port=None, db_count=64, timeout=3600
 )
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test module's own, which it may kill and start again."""
+    server = RedisServer().start()
+    yield server
+    server.stop()

@@ -19,13 +19,6 @@ from tests.rooms.room_helpers import create_room, join
 
 
 @pytest.fixture(scope="module")
-def own_redis() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def deployment(postgres, pg_template, own_redis, work_dir: Path) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
     deployment = start_cluster(postgres, pg_template, own_redis, work_dir)
     yield deployment

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import QimDeployment, start_cluster
-from tests.faults.test_redis_restart import all_synced, direct
+from tests.faults.probes import direct
+from tests.faults.test_redis_restart import all_synced
 from tests.harness.personas import TenantHandle
 from tests.ops.metrics_helpers import scrape
 from tests.rooms.room_checker import RoomAcks, RoomMember, classify

@@ -36,13 +36,6 @@ def own_postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="module")
-def own_redis() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def probed(own_postgres: PostgresServer, own_redis: RedisServer, work_dir: Path) -> Iterator[QimDeployment]:
     db = pg_database(own_postgres, make_pg_template(own_postgres), "qim_ready")
     env = {

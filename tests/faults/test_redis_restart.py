@@ -15,19 +15,19 @@ import pytest
 from qimclient import QimClient, QimError
 from tests.conftest import QimDeployment, start_cluster
 from tests.core.conversation_helpers import create_group
+from tests.faults.probes import probe_parties, wait_until
 from tests.faults.reports import record_result
 from tests.harness.checker import History
-from tests.harness.personas import Persona, TenantHandle, api_ok
+from tests.harness.personas import Persona, TenantHandle
 from tests.harness.redis_server import RedisServer
 from tests.harness.traffic import Device, retry_unacked, send_steadily
 from tests.harness.traffic import wait_until as wait_for
-from tests.rooms.room_helpers import create_room, join, room_send
+from tests.rooms.room_helpers import room_send
 
 pytestmark = pytest.mark.faults
 
 # Each probe is retried until it is served: the limit only bounds a failure (a loaded CI
 # machine running two workers can take tens of seconds to heal).
-RECOVERY_LIMIT_S = 60.0
 BURST = 30
 PEOPLE = 4
 SENDS_EACH = 30
@@ -37,35 +37,12 @@ PATIENCE_S = 120
 
 
 @pytest.fixture(scope="module")
-def own_redis() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def redis_cluster(postgres, pg_template, own_redis, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
     deployment = start_cluster(postgres, pg_template, own_redis, work_dir, extra_env={
         "QIM_PRESENCE_TTL_S": "3", "QIM_ROOM_LEASE_TTL_S": "2",
     })
     yield deployment
     deployment.stop()
-
-
-async def wait_until(probe, errors: list[str], limit_s: float = RECOVERY_LIMIT_S) -> float:  # type: ignore[no-untyped-def]
-    """Retry `probe` (an async callable answering True when served) until it succeeds;
-    answers the seconds it took. The ERROR codes met meanwhile go to `errors`."""
-    started = time.monotonic()
-    while True:
-        try:
-            if await probe():
-                return time.monotonic() - started
-        except QimError as error:
-            errors.append(error.code)
-        except (TimeoutError, ConnectionError, OSError):
-            pass
-        assert time.monotonic() - started < limit_s, f"{probe.__name__} still failing after {limit_s} s"
-        await asyncio.sleep(0.1)
 
 
 async def outcome(request) -> str:  # type: ignore[no-untyped-def]
@@ -94,11 +71,6 @@ async def auth_burst(persona: Persona, nodes) -> list[str]:  # type: ignore[no-u
     )))
 
 
-def direct(alice: Persona, bob: Persona) -> str:
-    body = api_ok(alice.tenant.node, "POST", "conversations", alice.token(), json={"kind": "direct", "member_user_ids": [bob.user_id]})
-    return body["conversation_id"]
-
-
 async def all_synced(client: QimClient) -> list[str]:
     """Every message id in the client's mailbox, by SYNC from the start."""
     ids, after = [], 0
@@ -116,7 +88,6 @@ async def all_synced(client: QimClient) -> list[str]:
 async def test_redis_killed_and_restarted_empty_mid_traffic(redis_cluster: QimDeployment, own_redis: RedisServer) -> None:
     n1, n2 = redis_cluster.nodes
     tenant: TenantHandle = redis_cluster.tenants["acme"]
-    alice, bob, carol = tenant.persona("alice"), tenant.persona("bob"), tenant.persona("carol")
     people = [tenant.persona(f"r{i}") for i in range(PEOPLE)]
     group = create_group(people[0], *people[1:])
     members = {f"r{i}": [group] for i in range(PEOPLE)}
@@ -124,15 +95,10 @@ async def test_redis_killed_and_restarted_empty_mid_traffic(redis_cluster: QimDe
     devices = [
         await Device.open(f"r{i}", people[i], [n1, n2] if i % 2 == 0 else [n2, n1], history) for i in range(PEOPLE)
     ]
-    conversation = direct(alice, bob)
-    room = create_room(alice)
-    a1 = await alice.connect(n1, sync=False)
-    b2 = await bob.connect(n2, sync=False)
-    for node in (n1, n2):  # tokens now: the REST API needs no Redis, but keep the outage clean
-        carol.token(f"probe-{node.node_id}", node)
+    parties = await probe_parties(tenant, n1, n2)
+    alice, carol, a1, b2, room = parties.alice, parties.carol, parties.a1, parties.b2, parties.room
+    for node in (n1, n2):
         carol.token(f"burst-{node.node_id}", node)
-    await join(a1, room)  # node 1 holds the writer
-    await join(b2, room)
     assert set(await auth_burst(carol, (n1, n2))) == {"ok"}
     try:
         deadline = time.monotonic() + PATIENCE_S
@@ -154,7 +120,7 @@ async def test_redis_killed_and_restarted_empty_mid_traffic(redis_cluster: QimDe
         # The first use of every connection pooled before the restart is served (it was 1011).
         after_restart = await auth_burst(carol, (n1, n2))
         errors: list[str] = []
-        times = {probe.__name__: await wait_until(probe, errors) for probe in recovery_probes(a1, b2, carol, conversation, room, (n1, n2))}
+        times = {probe.__name__: await wait_until(probe, errors) for probe in parties.probes((n1, n2))}
         recovered_s = time.monotonic() - restarted
         await asyncio.gather(*traffic)
         await retry_unacked(devices, history, deadline)
@@ -185,42 +151,3 @@ async def test_redis_killed_and_restarted_empty_mid_traffic(redis_cluster: QimDe
     await tenant.close_clients()
 
 
-def recovery_probes(a1: QimClient, b2: QimClient, carol: Persona, conversation: str, room: str, nodes):  # type: ignore[no-untyped-def]
-    """What must work again on both nodes once Redis is back: AUTH, a DM pushed across nodes,
-    a room both ways, presence across nodes."""
-
-    async def auth_on_both() -> bool:
-        for node in nodes:
-            client = await carol.connect(node, device_id=f"probe-{node.node_id}", sync=False)
-            await client.close()
-        return True
-
-    async def dm_pushed_across() -> bool:
-        ack = await a1.send_text(conversation, "after")
-        while True:
-            event = await b2.next_push(timeout=10, type="EVENT")
-            if event["event"].get("message", {}).get("message_id") == ack["message_id"]:
-                return True
-
-    async def room_both_ways() -> bool:
-        for sender, receiver in ((b2, a1), (a1, b2)):
-            ack = await room_send(sender, room, "room after")
-            while True:
-                batch = await receiver.next_push(timeout=10, type="ROOM_BATCH")
-                if ack["room_seq"] in [e["room_seq"] for e in batch["events"]]:
-                    break
-        return True
-
-    async def presence_across() -> bool:
-        if (await b2.subscribe_presence([carol.user_id]))[carol.user_id] is not False:
-            return False  # an earlier probe's carol is still on her way out: try again
-        probe = await carol.connect(nodes[0], device_id=f"probe-{nodes[0].node_id}", sync=False)
-        try:
-            while True:
-                push = await b2.next_push(timeout=10, type="PRESENCE")
-                if push["user_id"] == carol.user_id and push["online"]:
-                    return True
-        finally:
-            await probe.close()
-
-    return (auth_on_both, dm_pushed_across, room_both_ways, presence_across)

@@ -17,13 +17,12 @@ import pytest
 from tests.conftest import QimDeployment, start_cluster
 from tests.core.conversation_helpers import create_group
 from tests.faults.reports import record_result
-from tests.faults.test_redis_restart import direct, recovery_probes, wait_until
+from tests.faults.probes import probe_parties, wait_until
 from tests.harness.checker import History
 from tests.harness.personas import TenantHandle
 from tests.harness.redis_sentinel import MASTER_NAME, SentinelGroup
 from tests.harness.traffic import Device, retry_unacked, send_steadily
 from tests.harness.traffic import wait_until as wait_for
-from tests.rooms.room_helpers import create_room, join
 
 pytestmark = pytest.mark.faults
 
@@ -55,7 +54,6 @@ async def test_master_killed_the_replica_is_promoted_and_both_nodes_follow(
 ) -> None:
     n1, n2 = sentinel_cluster.nodes
     tenant: TenantHandle = sentinel_cluster.tenants["acme"]
-    alice, bob, carol = tenant.persona("alice"), tenant.persona("bob"), tenant.persona("carol")
     people = [tenant.persona(f"s{i}") for i in range(PEOPLE)]
     group = create_group(people[0], *people[1:])
     members = {f"s{i}": [group] for i in range(PEOPLE)}
@@ -63,14 +61,8 @@ async def test_master_killed_the_replica_is_promoted_and_both_nodes_follow(
     devices = [
         await Device.open(f"s{i}", people[i], [n1, n2] if i % 2 == 0 else [n2, n1], history) for i in range(PEOPLE)
     ]
-    conversation = direct(alice, bob)
-    room = create_room(alice)
-    a1 = await alice.connect(n1, sync=False)
-    b2 = await bob.connect(n2, sync=False)
-    for node in (n1, n2):
-        carol.token(f"probe-{node.node_id}", node)
-    await join(a1, room)
-    await join(b2, room)
+    parties = await probe_parties(tenant, n1, n2)
+    a1, b2 = parties.a1, parties.b2
     old_master = sentinels.master_port()
     assert old_master == sentinels.master.port
     try:
@@ -88,7 +80,7 @@ async def test_master_killed_the_replica_is_promoted_and_both_nodes_follow(
         history.healed()
         errors: list[str] = []
         times = {probe.__name__: await wait_until(probe, errors, PATIENCE_S)
-                 for probe in recovery_probes(a1, b2, carol, conversation, room, (n1, n2))}
+                 for probe in parties.probes((n1, n2))}
         resumed_s = time.monotonic() - killed
         # Readiness asks the sentinels too: both nodes ready again, on the promoted master.
         for node in (n1, n2):

@@ -13,10 +13,9 @@ import redis
 from channels_redis.utils import _consistent_hash
 
 from tests.conftest import QimDeployment, start_cluster
-from tests.faults.test_redis_restart import direct, recovery_probes, wait_until
+from tests.faults.probes import probe_parties, wait_until
 from tests.harness.personas import TenantHandle
 from tests.harness.redis_server import RedisServer
-from tests.rooms.room_helpers import create_room, join
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +51,7 @@ async def test_each_node_listens_on_its_shard_and_traffic_crosses(
 ) -> None:
     n1, n2 = sharded_cluster.nodes
     tenant: TenantHandle = sharded_cluster.tenants["acme"]
-    alice, bob, carol = tenant.persona("alice"), tenant.persona("bob"), tenant.persona("carol")
-    conversation = direct(alice, bob)
-    room = create_room(alice)
-    a1 = await alice.connect(n1, sync=False)
-    b2 = await bob.connect(n2, sync=False)
-    for node in (n1, n2):
-        carol.token(f"probe-{node.node_id}", node)
-    await join(a1, room)
-    await join(b2, room)
+    parties = await probe_parties(tenant, n1, n2)
     # A node listens once it has a socket: every shard the hash names for a node's channel
     # then has a client blocked popping it.
     expected = {node.node_id: _consistent_hash(f"qim.node.{node.node_id}", len(shards)) for node in (n1, n2)}
@@ -75,7 +66,7 @@ async def test_each_node_listens_on_its_shard_and_traffic_crosses(
         assert time.monotonic() < deadline, [layer_keys_on(shard) for shard in shards]
         await asyncio.sleep(0.2)
     errors: list[str] = []
-    for probe in recovery_probes(a1, b2, carol, conversation, room, (n1, n2)):
+    for probe in parties.probes((n1, n2)):
         await wait_until(probe, errors, 60)
     assert errors == []
     await tenant.close_clients()
