@@ -21,7 +21,6 @@ from django.db import transaction
 
 from qim.gateway.node import get_node
 from qim.gateway.user_push import UserPush
-from qim.metrics.instruments import fanout_done
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +30,6 @@ R = TypeVar("R")
 
 async def deliver(push: UserPush) -> None:
     await get_node().send_to_users(push)
-    fanout_done(push.committed_at)
 
 
 async def deliver_all(pushes: list[UserPush]) -> None:
@@ -51,7 +49,7 @@ def push_on_commit(push: UserPush) -> None:
     """Send `push` once the current transaction commits (at once outside a transaction)."""
 
     def send() -> None:
-        push.committed_at = time.perf_counter()
+        push.committed_at = time.time()
         pending: list[UserPush] | None = getattr(_collected, "pushes", None)
         if pending is not None:
             pending.append(push)

@@ -13,6 +13,7 @@ from qim.gateway.node_hooks import node_message_handler, push_delivered_hooks
 from qim.gateway.node_path import NodePath
 from qim.gateway.presence import PresenceDirectory
 from qim.gateway.user_push import UserPush
+from qim.metrics.instruments import fanout_done
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ def batch_of(push: UserPush, users: list[str]) -> dict[str, Any]:
         batch["only"] = list(push.only_device)
     if push.kind is not None:
         batch["kind"] = push.kind
+    if push.committed_at is not None:
+        batch["committed_at"] = push.committed_at
     return batch
 
 
@@ -93,6 +96,7 @@ class FanOut:
                 self.counters["frames_written"] += 1
             except Exception:
                 logger.exception("writing to connection %s failed", conn.connection_id)
+        fanout_done(batch.get("committed_at"))
 
     async def after_delivery(self, batch: dict[str, Any]) -> None:
         for hook in push_delivered_hooks(batch.get("kind") or ""):

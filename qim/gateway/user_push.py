@@ -27,5 +27,6 @@ class UserPush:
     exclude_device: tuple[str, str] | None = None
     only_device: tuple[str, str] | None = None
     kind: str | None = None
-    # When its transaction committed (time.perf_counter()), for qim_fanout_seconds.
+    # When its transaction committed (time.time(): it travels to other nodes in the batch), for
+    # qim_fanout_seconds.
     committed_at: float | None = None

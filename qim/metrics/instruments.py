@@ -57,7 +57,7 @@ DB_LATENCY = Histogram(
 )
 FANOUT_LATENCY = Histogram(
     "qim_fanout_seconds",
-    "Commit to the push written to local sockets and handed to the channel layer for other nodes.",
+    "Commit to the push's frames written to the sockets of a node it reached (observed on every such node).",
     buckets=LATENCY_BUCKETS, registry=REGISTRY,
 )
 
@@ -108,9 +108,10 @@ def frame_handled(frame_type: str, started: float) -> None:
 
 
 def fanout_done(committed_at: float | None) -> None:
-    """A push committed at `committed_at` (perf_counter) was written and handed on."""
+    """A push committed at `committed_at` (wall clock, time.time(): the batch crosses nodes,
+    so the nodes' clocks must agree as NTP keeps them) was written to this node's sockets."""
     if committed_at is not None:
-        FANOUT_LATENCY.observe(time.perf_counter() - committed_at)
+        FANOUT_LATENCY.observe(max(0.0, time.time() - committed_at))
 
 
 def timed_db(fn: Callable[P, R]) -> Callable[P, R]:

@@ -60,3 +60,6 @@ async def test_each_node_counts_its_sockets_node_messages_and_room_writers(
     assert moved(before[1], second, "qim_frames_in_total", type="ROOM_JOIN") == 1
     assert moved(before[1], second, "qim_frames_in_total", type="SEND") == 0
     assert moved(before[0], first, "qim_frames_in_total", type="SEND") == 1
+    # Fan-out is timed where the frames are written: the DM's push to Bob on node 2 (from a
+    # commit on node 1) is observed by node 2.
+    assert moved(before[1], second, "qim_fanout_seconds_count") >= 1
