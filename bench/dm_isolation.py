@@ -9,8 +9,10 @@ and refusals out, plus the accepted messages' fan-out to 500 members. The DM pai
 own process: one user SENDs at DM_RATE msg/s with its send time in the text, the other times
 each EVENT push. Room members are two lean receiver processes, the flood sender a third.
 
-Alone and flood phases alternate (`--rounds`, 2 by default), so that a slow minute of a shared
+Alone and flood phases alternate (`--rounds`, 3 by default), so that a slow minute of a shared
 machine falls on both; the room's members stay joined throughout (idle in the alone phases).
+The ratio is the median over rounds of each round's flood p99 over its alone p99, so one
+slow second decides at most one round (the pooled ratio is reported beside it).
 
 The server and the DM pair run on one CPU, the room's load processes on the others, and the
 DM pair, a probe that sleeps nearly all the time, in the real-time class (`--no-pin`: every
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,9 @@ from loadgen import Members, Senders, Target, _ctx, _get_while_alive, open_membe
 
 MEMBERS = 500
 FLOOD_RATE = 200.0
-DM_RATE = 15.0
+# Under the default per-user message rate (20/s: a faster pair would be refused): 3 rounds of
+# 20 s at 18/s are 1 080 DMs per condition (issue #22 asks for at least 1 000).
+DM_RATE = 18.0
 ROOM = "flood"
 
 
@@ -143,18 +148,18 @@ def counter_delta(before: dict[str, int], after: dict[str, int], name: str) -> i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="4 s phases instead of 15 s")
+    parser.add_argument("--quick", action="store_true", help="4 s phases instead of 20 s")
     parser.add_argument("--seconds", type=float, help="phase length in seconds (more DMs, a steadier p99)")
-    parser.add_argument("--rounds", type=int, default=2, help="alone/flood rounds, alternating (default 2)")
+    parser.add_argument("--rounds", type=int, default=3, help="alone/flood rounds, alternating (default 3; the ratio is their median)")
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
     parser.add_argument("--asgi-server", default="daphne", choices=["daphne", "uvicorn"],
                         help="serve QIM with uvicorn instead (side-by-side runs; uvicorn must be installed)")
     parser.add_argument("--no-pin", action="store_true",
                         help="leave every process where the scheduler puts it, the DM pair at normal priority")
     args = parser.parse_args()
-    # 2 rounds of 15 s at 15/s: 450 DMs per condition, so p99 is not one unlucky DM; alternating
+    # 3 rounds of 20 s at 18/s: 1 080 DMs per condition, so p99 is not one unlucky DM; alternating
     # rounds spread a slow minute of this shared machine over both conditions.
-    seconds = args.seconds or (4.0 if args.quick else 15.0)
+    seconds = args.seconds or (4.0 if args.quick else 20.0)
     split = None if args.no_pin else cpu_split()
     phases: list[dict[str, Any]] = []  # one per phase, in the order they ran
     with work_directory() as work_dir:
@@ -248,14 +253,18 @@ def main() -> None:
           r["dm_p99_ms"], r["dm_max_ms"], r["ack_p99_ms"], r["server_cpu_pct"], r.get("room_accepted_per_s", "-"),
           r.get("room_p99_ms", "-")] for r in [*each, *rows]],
     )
-    ratio = round(rows[1]["dm_p99_ms"] / rows[0]["dm_p99_ms"], 2) if rows[0]["dm_p99_ms"] else None
+    pooled = round(rows[1]["dm_p99_ms"] / rows[0]["dm_p99_ms"], 2) if rows[0]["dm_p99_ms"] else None
     by_round = [round(f["dm_p99_ms"] / a["dm_p99_ms"], 2) if a["dm_p99_ms"] else None
                 for a, f in zip(each[0::2], each[1::2])]
+    # The median of the rounds' ratios: one slow second of a shared machine spoils one round.
+    measured = [r for r in by_round if r is not None]
+    ratio = round(statistics.median(measured), 2) if measured else None
     emit({"scenario": "dm_isolation", "quick": args.quick, "backend": args.backend, "asgi_server": args.asgi_server,
           "seconds_per_phase": seconds, "rounds": args.rounds,
           "pinned": None if split is None else {"server_and_dm": sorted(split[0]), "room_load": sorted(split[1])},
           "dm_pair_realtime": pair_realtime,
           "cases": rows, "phases": each, "p99_flood_vs_alone_by_round": by_round,
+          "p99_flood_vs_alone_pooled": pooled, "dms_per_condition": min(rows[0]["dm_sent"], rows[1]["dm_sent"]),
           "ratios": {"p99_flood_vs_alone": ratio},
           "targets": {"p99_flood_vs_alone <= 1.5": bool(ratio is not None and ratio <= 1.5),
                       "every DM delivered": all(r["dm_delivered"] == r["dm_sent"] for r in rows)}})

@@ -26,7 +26,7 @@ RESULTS = BENCH / "results"
 # name -> (seconds allowed full, seconds allowed --quick)
 SCRIPTS = {
     "room_fanout": (540, 150),
-    "dm_isolation": (180, 100),
+    "dm_isolation": (240, 120),
     "reaction_storm": (360, 120),
     "send_fanout": (180, 120),
     "connections": (240, 120),
