@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -41,13 +42,7 @@ def get_redis() -> aioredis.Redis:
 def _new_client() -> aioredis.Redis:
     options = {"socket_timeout": settings.QIM_REDIS_SOCKET_TIMEOUT_S, **resilient_options()}
     if settings.QIM_REDIS_SENTINELS:
-        return sentinel_client(
-            settings.QIM_REDIS_SENTINELS, settings.QIM_REDIS_SENTINEL_MASTERS[0],
-            db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD,
-            sentinel_password=settings.QIM_REDIS_SENTINEL_PASSWORD,
-            max_connections=settings.QIM_REDIS_MAX_CONNECTIONS, timeout=settings.QIM_REDIS_POOL_TIMEOUT_S,
-            options=options,
-        )
+        return _sentinel_master(settings.QIM_REDIS_MAX_CONNECTIONS, settings.QIM_REDIS_POOL_TIMEOUT_S, options)
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.QIM_REDIS_URL,
         decode_responses=True,
@@ -58,17 +53,22 @@ def _new_client() -> aioredis.Redis:
     return aioredis.Redis(connection_pool=pool)
 
 
+def _sentinel_master(max_connections: int, timeout: float, options: dict[str, Any]) -> aioredis.Redis:
+    """A client of the master the sentinels name (the first of QIM_REDIS_SENTINEL_MASTER)."""
+    return sentinel_client(
+        settings.QIM_REDIS_SENTINELS, settings.QIM_REDIS_SENTINEL_MASTERS[0],
+        db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD,
+        sentinel_password=settings.QIM_REDIS_SENTINEL_PASSWORD, max_connections=max_connections,
+        timeout=timeout, options=options,
+    )
+
+
 def probe_client(timeout: float) -> aioredis.Redis:
     """A client of its own without the pool's retries, for readiness probes (qim/readiness.py):
     one server, or the master the sentinels name now."""
     options = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
     if settings.QIM_REDIS_SENTINELS:
-        return sentinel_client(
-            settings.QIM_REDIS_SENTINELS, settings.QIM_REDIS_SENTINEL_MASTERS[0],
-            db=settings.QIM_REDIS_DB, password=settings.QIM_REDIS_PASSWORD,
-            sentinel_password=settings.QIM_REDIS_SENTINEL_PASSWORD, max_connections=1, timeout=timeout,
-            options=options,
-        )
+        return _sentinel_master(1, timeout, options)
     return aioredis.Redis.from_url(settings.QIM_REDIS_URL, retry_on_timeout=False, **options)
 
 
