@@ -9,7 +9,10 @@ import time
 from dataclasses import dataclass
 
 from qimclient import QimClient, QimError
+from tests.core.conversation_helpers import create_group
+from tests.harness.checker import History
 from tests.harness.personas import Persona, TenantHandle, api_ok
+from tests.harness.traffic import Device
 from tests.rooms.room_helpers import create_room, join, room_send
 
 RECOVERY_LIMIT_S = 60.0
@@ -30,6 +33,20 @@ class ProbeParties:
 
     def probes(self, nodes):  # type: ignore[no-untyped-def]
         return recovery_probes(self.a1, self.b2, self.carol, self.conversation, self.room, nodes)
+
+
+async def group_traffic(tenant: TenantHandle, prefix: str, people: int, n1, n2):  # type: ignore[no-untyped-def]
+    """`people` senders in one group, alternately preferring node 1 and node 2, and the checker
+    their traffic is recorded in: (group, members for the checker, history, devices)."""
+    personas = [tenant.persona(f"{prefix}{i}") for i in range(people)]
+    group = create_group(personas[0], *personas[1:])
+    members = {f"{prefix}{i}": [group] for i in range(people)}
+    history = History()
+    devices = [
+        await Device.open(f"{prefix}{i}", personas[i], [n1, n2] if i % 2 == 0 else [n2, n1], history)
+        for i in range(people)
+    ]
+    return group, members, history, devices
 
 
 async def probe_parties(tenant: TenantHandle, n1, n2) -> ProbeParties:  # type: ignore[no-untyped-def]

@@ -14,13 +14,11 @@ import pytest
 
 from qimclient import QimClient, QimError
 from tests.conftest import QimDeployment, start_cluster
-from tests.core.conversation_helpers import create_group
-from tests.faults.probes import probe_parties, wait_until
+from tests.faults.probes import group_traffic, probe_parties, wait_until
 from tests.faults.reports import record_result
-from tests.harness.checker import History
 from tests.harness.personas import Persona, TenantHandle
 from tests.harness.redis_server import RedisServer
-from tests.harness.traffic import Device, retry_unacked, send_steadily
+from tests.harness.traffic import retry_unacked, send_steadily
 from tests.harness.traffic import wait_until as wait_for
 from tests.rooms.room_helpers import room_send
 
@@ -88,13 +86,7 @@ async def all_synced(client: QimClient) -> list[str]:
 async def test_redis_killed_and_restarted_empty_mid_traffic(redis_cluster: QimDeployment, own_redis: RedisServer) -> None:
     n1, n2 = redis_cluster.nodes
     tenant: TenantHandle = redis_cluster.tenants["acme"]
-    people = [tenant.persona(f"r{i}") for i in range(PEOPLE)]
-    group = create_group(people[0], *people[1:])
-    members = {f"r{i}": [group] for i in range(PEOPLE)}
-    history = History()
-    devices = [
-        await Device.open(f"r{i}", people[i], [n1, n2] if i % 2 == 0 else [n2, n1], history) for i in range(PEOPLE)
-    ]
+    group, members, history, devices = await group_traffic(tenant, "r", PEOPLE, n1, n2)
     parties = await probe_parties(tenant, n1, n2)
     alice, carol, a1, b2, room = parties.alice, parties.carol, parties.a1, parties.b2, parties.room
     for node in (n1, n2):

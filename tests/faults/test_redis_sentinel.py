@@ -15,13 +15,11 @@ import httpx
 import pytest
 
 from tests.conftest import QimDeployment, start_cluster
-from tests.core.conversation_helpers import create_group
 from tests.faults.reports import record_result
-from tests.faults.probes import probe_parties, wait_until
-from tests.harness.checker import History
+from tests.faults.probes import group_traffic, probe_parties, wait_until
 from tests.harness.personas import TenantHandle
 from tests.harness.redis_sentinel import MASTER_NAME, SentinelGroup
-from tests.harness.traffic import Device, retry_unacked, send_steadily
+from tests.harness.traffic import retry_unacked, send_steadily
 from tests.harness.traffic import wait_until as wait_for
 
 pytestmark = pytest.mark.faults
@@ -54,13 +52,7 @@ async def test_master_killed_the_replica_is_promoted_and_both_nodes_follow(
 ) -> None:
     n1, n2 = sentinel_cluster.nodes
     tenant: TenantHandle = sentinel_cluster.tenants["acme"]
-    people = [tenant.persona(f"s{i}") for i in range(PEOPLE)]
-    group = create_group(people[0], *people[1:])
-    members = {f"s{i}": [group] for i in range(PEOPLE)}
-    history = History()
-    devices = [
-        await Device.open(f"s{i}", people[i], [n1, n2] if i % 2 == 0 else [n2, n1], history) for i in range(PEOPLE)
-    ]
+    group, members, history, devices = await group_traffic(tenant, "s", PEOPLE, n1, n2)
     parties = await probe_parties(tenant, n1, n2)
     a1, b2 = parties.a1, parties.b2
     old_master = sentinels.master_port()
