@@ -22,7 +22,6 @@ from tests.core.credential_helpers import (
     open_session,
     revocation_error,
     still_open,
-    wait_for,
 )
 from tests.harness.personas import PASSWORD, TenantHandle, api, api_ok
 

@@ -16,7 +16,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.contrib.auth.hashers import MD5PasswordHasher
 from django.test import Client
 
-from qim.actions.accounts import do_bootstrap_tenant, do_create_user, do_issue_token, do_login, do_populate_users
+from qim.actions.accounts import do_bootstrap_tenant, do_create_user, do_issue_token, do_login
 from qim.errors import Refused
 from qim.models import DeviceToken, Tenant, User
 from qim.queries import identity_for_token

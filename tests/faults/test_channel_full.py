@@ -6,7 +6,6 @@ ROOM_REPLAY (they see the gap in room_seq)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from collections.abc import Iterator
