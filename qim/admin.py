@@ -6,6 +6,7 @@ membership intervals: qim/admin_conversations.py."""
 from django.contrib import admin, messages
 
 from qim import admin_conversations  # noqa: F401  (registers Conversation, MembershipInterval)
+from qim import admin_operators  # noqa: F401  (Django's User and Group admins: unscoped operators only)
 from qim.actions.credentials import do_activate_user, do_deactivate_user
 from qim.actions.push import do_retry_tasks
 from qim.admin_base import ReadableDatesAdmin, ReadOnlyAdmin

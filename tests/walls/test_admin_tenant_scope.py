@@ -83,3 +83,29 @@ def test_a_scoped_operator_cannot_attach_a_row_to_another_tenant_or_make_tenants
 def test_a_superuser_still_sees_every_tenant(operator_client: Client, tenants: dict) -> None:
     page = body(operator_client.get("/admin/qim/conversation/"))
     assert "acme-room" in page and "globex-room" in page
+
+
+def test_a_scoped_operator_cannot_manage_operators_or_groups_even_with_auth_permissions(tenants: dict) -> None:
+    """Otherwise it could add itself to `tenant:globex` (or edit another operator) and walk
+    through the wall: Django's User and Group admins answer 403 to tenant-scoped staff."""
+    operator = Operator.objects.create_user("acme-op2", "op2@example.com", "pw", is_staff=True)
+    operator.user_permissions.set(Permission.objects.filter(content_type__app_label="auth"))
+    operator.groups.add(Group.objects.get_or_create(name="tenant:acme")[0])
+    globex, _ = Group.objects.get_or_create(name="tenant:globex")
+    client = Client()
+    assert client.login(username="acme-op2", password="pw")
+    for path in ("/admin/auth/user/", f"/admin/auth/user/{operator.pk}/change/", "/admin/auth/group/",
+                 f"/admin/auth/group/{globex.pk}/change/", "/admin/auth/group/add/"):
+        assert client.get(path).status_code == 403, path
+    client.post(f"/admin/auth/user/{operator.pk}/change/", {"username": "acme-op2", "groups": [globex.pk]})
+    assert not operator.groups.filter(name="tenant:globex").exists()
+    assert "/admin/auth/" not in body(client.get("/admin/"))
+
+
+def test_an_unscoped_operator_with_auth_permissions_still_manages_operators(tenants: dict) -> None:
+    operator = Operator.objects.create_user("root-op", "root@example.com", "pw", is_staff=True)
+    operator.user_permissions.set(Permission.objects.filter(content_type__app_label="auth"))
+    client = Client()
+    assert client.login(username="root-op", password="pw")
+    assert "acme-op2" not in body(client.get("/admin/auth/user/")) and "root-op" in body(client.get("/admin/auth/user/"))
+    assert client.get("/admin/auth/group/").status_code == 200
