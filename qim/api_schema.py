@@ -53,3 +53,30 @@ def add_error_responses(result: dict[str, Any], generator, request, public) -> d
             for status in error_statuses(method, operation):
                 responses.setdefault(status, {"description": _DESCRIPTIONS[status], "content": body})
     return result
+
+
+READY_OPERATION: dict[str, Any] = {
+    "operationId": "ready_retrieve",
+    "description": "Readiness for load balancers and orchestrators (qim/readiness.py): the database and "
+                   "Redis each answer within QIM_READY_TIMEOUT_S. A plain async Django view, so "
+                   "drf-spectacular cannot see it; declared here.",
+    "tags": ["health"],
+    "security": [{}],
+    "responses": {
+        "200": {"description": "ready", "content": {"application/json": {"schema": {
+            "type": "object", "required": ["status", "node_id", "checks"],
+            "properties": {"status": {"type": "string", "enum": ["ready"]}, "node_id": {"type": "string"},
+                           "checks": {"type": "object", "additionalProperties": {"type": "object"}}}}}}},
+        "503": {"description": "unavailable: a check failed (named in `failed`)", "content": {"application/json": {"schema": {
+            "allOf": [{"$ref": f"#/components/schemas/{ERROR_COMPONENT}"}, {
+                "type": "object", "properties": {"status": {"type": "string", "enum": ["not_ready"]},
+                                                 "failed": {"type": "array", "items": {"type": "string"}},
+                                                 "checks": {"type": "object"}}}]}}}},
+    },
+}
+
+
+def add_plain_views(result: dict[str, Any], generator, request, public) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """drf-spectacular postprocessing hook: the endpoints outside DRF (GET /api/v1/ready)."""
+    result.setdefault("paths", {}).setdefault("/api/v1/ready", {"get": READY_OPERATION})
+    return result

@@ -222,6 +222,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "qim.api_schema.add_plain_views",
         "qim.api_schema.add_error_responses",
     ],
 }

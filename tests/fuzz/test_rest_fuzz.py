@@ -34,7 +34,7 @@ CHECKS = [
     response_schema_conformance, response_headers_conformance,
 ]
 # Operations whose schema takes no input at all: negative cases cannot be made for them.
-NO_INPUT = {"GET /api/v1/health", "GET /api/v1/node", "GET /api/v1/rtc/ice-servers", "GET /api/v1/tenant/settings"}
+NO_INPUT = {"GET /api/v1/health", "GET /api/v1/ready", "GET /api/v1/node", "GET /api/v1/rtc/ice-servers", "GET /api/v1/tenant/settings"}
 # Logging out with a token the other operations use would revoke it for the rest of the module:
 # fuzzed only without a valid token here; tests/core/test_credentials_*.py test it with one.
 REVOKES_OWN_TOKEN = {"DELETE /api/v1/auth/token"}
