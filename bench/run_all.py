@@ -99,13 +99,42 @@ def run_script(name: str, quick: bool, timeout: float) -> dict[str, Any]:
 # --- the report -------------------------------------------------------------------------------
 
 
+# The bars issue #22 set, each read from its scenario's JSON `ratios`: (scenario, key, bound).
+# A positive bound is a floor (>=), a negative one a ceiling (<= its absolute value).
+BARS = [
+    ("connections", "qim_vs_raw_websockets_kib_per_connection", -1.5),
+    ("connections", "idle_cpu_pct", -1.0),
+    ("reconnect_storm", "reconnects_vs_raw_connects", 0.5),
+    ("room_fanout", "unmerged_frames_per_cpu_vs_raw", 1.0),
+    ("room_fanout", "room_5000_p99_ms", -250.0),
+    ("room_fanout", "room_10000_two_nodes_p99_ms", -250.0),
+    ("send_fanout", "send_vs_copy_1000", 0.5),
+    ("dm_isolation", "p99_flood_vs_alone", -1.5),
+]
+
+
+def bar_lines(runs: list[dict]) -> list[str]:
+    """The bars as a table: the figure this run measured, the bound, met or not."""
+    found = {run["name"]: (run["result"] or {}).get("ratios", {}) for run in runs}
+    out = ["| scenario | figure | this run | bar | met |", "| --- | --- | --- | --- | --- |"]
+    for scenario, key, bound in BARS:
+        if scenario not in found:
+            continue
+        value = found[scenario].get(key)
+        met = None if value is None else (value >= bound if bound > 0 else value <= -bound)
+        bar = f">= {bound:g}" if bound > 0 else f"<= {-bound:g}"
+        out.append(f"| {scenario} | `{key}` | {value if value is not None else '-'} | {bar} | "
+                   f"{'-' if met is None else ('met' if met else '**missed**')} |")
+    return out
+
+
 def write_report(runs: list[dict], info: dict, quick: bool, stamp: str) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{stamp}.md"
     out = [f"# Benchmarks {stamp}{' (--quick)' if quick else ''}", "",
            f"Machine: {info['nproc']} cores, {info['cpu']}, {info['ram_gib']} GiB RAM, Python {info['python']}; "
            f"load average before: {info['load_before']}, after: {info.get('load_after')}.",
-           f"Total: {info['total_s']} s.", "", "## Summary", "",
+           f"Total: {info['total_s']} s.", "", "## The bars of issue 22", "", *bar_lines(runs), "", "## Summary", "",
            "| scenario | seconds | ratios | targets met | targets missed |", "| --- | --- | --- | --- | --- |"]
     for run in runs:
         result = run["result"]
