@@ -14,13 +14,14 @@ from django.db import Error as DatabaseError
 from django.db import connection
 from django.db.models import Count, Min
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from qim.clock import now_ms as wall_clock_ms
 from qim.metrics.guard import check_scraper
 from qim.metrics.sources import gauge
 from qim.models import PushTask
+from qim.push.worker import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,23 @@ class OutboxCollector:
         yield gauge("qim_push_outbox_readable", "1 when the last scrape could read the outbox.", 1)
 
 
+class TallyCollector:
+    """qim_push_worker_tasks_total{outcome}: what THIS worker did since it started (sent,
+    retried, failed, lost, released, pruned), beside the outbox every worker sees alike."""
+
+    OUTCOMES = ("sent", "retried", "failed", "lost", "released", "pruned")
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    def collect(self) -> Iterator[Metric]:
+        done = CounterMetricFamily("qim_push_worker_tasks", "Tasks this worker settled or let go, by outcome.",
+                                   labels=["outcome"])
+        for outcome in self.OUTCOMES:
+            done.add_metric([outcome], getattr(self.tally, outcome))
+        yield done
+
+
 class _QuietHandler(WSGIRequestHandler):
     """No access line on stderr for every scrape."""
 
@@ -82,10 +100,12 @@ def guarded_app(registry: CollectorRegistry, token: str) -> Callable[..., Iterab
     return app
 
 
-def serve_metrics(bind: str, port: int, token: str) -> ThreadingWSGIServer:
+def serve_metrics(bind: str, port: int, token: str, tally: Tally | None = None) -> ThreadingWSGIServer:
     """Start serving in a daemon thread; the caller shuts it down (`shutdown()`)."""
     registry = CollectorRegistry()
     registry.register(OutboxCollector())
+    if tally is not None:
+        registry.register(TallyCollector(tally))
     server = make_server(bind, port, guarded_app(registry, token), ThreadingWSGIServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="push-metrics", daemon=True).start()
     logger.info("push worker metrics on http://%s:%s/metrics", bind, server.server_port)

@@ -185,6 +185,7 @@ def run_forever(
     batch: int = 100,
     *,
     clock: Clock = wall_clock_ms,
+    tally: Tally | None = None,
 ) -> Tally:
     """Send batches until `stop_event` is set, sleeping `idle_sleep_s` when nothing is due;
     every PRUNE_EVERY_MS, delete finished tasks past QIM_PUSH_TASK_RETENTION_S.
@@ -192,7 +193,7 @@ def run_forever(
     A database error (a restart, a failover) is logged and retried after the idle sleep;
     the worker's connection is checked between batches so a broken one is replaced.
     """
-    tally = Tally()
+    tally = tally if tally is not None else Tally()  # given: the worker's /metrics reads it live
     next_prune_ms = clock()
     while not stop_event.is_set():
         _drop_unusable_connection()

@@ -94,6 +94,10 @@ async def test_the_worker_reports_pending_tasks_and_the_oldest_ones_age(
     # Each failed attempt puts its task back, an hour away: pending, but not due.
     after = scrape_until(worker, TOKEN, lambda s: s.value("qim_push_tasks_due") == 0)
     assert after.value("qim_push_tasks_due") == 0 and after.value("qim_push_tasks", state="pending") == 2
+    # What this worker did, its own counters: two attempts, both put back for a retry.
+    mine = scrape_until(worker, TOKEN, lambda s: s.value("qim_push_worker_tasks_total", outcome="retried") == 2)
+    assert mine.families["qim_push_worker_tasks"] == "counter"
+    assert [mine.value("qim_push_worker_tasks_total", outcome=o) for o in ("sent", "failed", "lost")] == [0, 0, 0]
 
 
 def test_the_workers_metrics_have_the_same_guard(worker: str) -> None:

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from qim.models import PushTask
 from qim.push.metrics import serve_metrics
 from qim.push.senders import load_sender
-from qim.push.worker import drain, run_forever
+from qim.push.worker import Tally, drain, run_forever
 
 logger = logging.getLogger(__name__)
 WORKER_ID_MAX = PushTask._meta.get_field("claimed_by").max_length or 64
@@ -69,14 +69,14 @@ def logging_stats(worker_id: str, report: Callable[[], dict] | None, interval_s:
 
 
 @contextmanager
-def serving_metrics() -> Iterator[None]:
+def serving_metrics(tally: Tally) -> Iterator[None]:
     """The outbox's /metrics on QIM_WORKER_METRICS_PORT while the worker runs (none when 0)."""
     if not settings.QIM_WORKER_METRICS_PORT:
         yield
         return
     bind, port = settings.QIM_WORKER_METRICS_BIND, settings.QIM_WORKER_METRICS_PORT
     try:
-        server = serve_metrics(bind, port, settings.QIM_METRICS_TOKEN)
+        server = serve_metrics(bind, port, settings.QIM_METRICS_TOKEN, tally)
     except OSError as error:  # taken, or an address this host does not have
         raise CommandError(f"cannot serve metrics on {bind}:{port} (QIM_WORKER_METRICS_*): {error}") from None
     try:
@@ -118,8 +118,9 @@ class Command(BaseCommand):
             if options["once"]:
                 tally = drain(worker_id, sender, options["batch"], options["horizon"], stop_event=stop)
             else:
-                with logging_stats(worker_id, providers, settings.QIM_PUSH_STATS_INTERVAL_S), serving_metrics():
-                    tally = run_forever(worker_id, sender, options["idle_sleep"], stop, options["batch"])
+                tally = Tally()
+                with logging_stats(worker_id, providers, settings.QIM_PUSH_STATS_INTERVAL_S), serving_metrics(tally):
+                    run_forever(worker_id, sender, options["idle_sleep"], stop, options["batch"], tally=tally)
         result: dict[str, object] = dict(tally.report())
         if providers is not None:
             result["providers"] = providers()
