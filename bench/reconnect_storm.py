@@ -66,8 +66,11 @@ class Storm:
 def summary(server: str, parts: list[dict[str, Any]], expected: int) -> dict[str, Any]:
     """One phase's figures over every client process."""
     took, mailbox, room = array("f"), array("i"), array("i")
+    opened, authed = array("f"), array("f")
     for part in parts:
         took.frombytes(part["took"])
+        opened.frombytes(part["opened"])
+        authed.frombytes(part["authed"])
         mailbox.frombytes(part["mailbox"])
         room.frombytes(part["room"])
     failed = sum(p["failed"] for p in parts)
@@ -78,6 +81,8 @@ def summary(server: str, parts: list[dict[str, Any]], expected: int) -> dict[str
         "server": server, "clients": len(took), "failed": failed, "seconds": round(seconds, 2),
         "per_s": round(len(took) / seconds) if seconds else None,
         "p50_ms": round(percentile(ms, 50)), "p99_ms": round(percentile(ms, 99)), "max_ms": round(max(ms, default=0)),
+        "open_p50_ms": round(percentile(list(opened), 50) * 1000),
+        "auth_ok_p50_ms": round(percentile(list(authed), 50) * 1000) if expected else None,
         "mailbox_events": sum(mailbox), "room_events": sum(room), "missed": missed + failed * 2 * expected,
         "extra": sum(max(0, n - expected) for n in mailbox) + sum(max(0, n - expected) for n in room),
         "failures": [f for p in parts for f in p["failures"]][:3],
@@ -217,9 +222,10 @@ def report(args: argparse.Namespace, n: int, processes: int, rows: list[dict[str
         f"Reconnect storm: {n} clients in {processes} client processes, {args.concurrency} connects in flight each; "
         f"QIM ({args.backend}): AUTH + SYNC ({MISSED} missed) + ROOM_JOIN replay ({MISSED} missed), rooms of {ROOM_SIZE}; "
         "raw websockets: anonymous connects",
-        ["server", "clients", "failed", "seconds", "per s", "p50 ms", "p99 ms", "max ms", "missed", "extra", "server CPU%"],
+        ["server", "clients", "failed", "seconds", "per s", "p50 ms", "p99 ms", "max ms", "open p50", "AUTH_OK p50",
+         "missed", "extra", "server CPU%"],
         [[r["server"], r["clients"], r["failed"], r["seconds"], r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
-          r["missed"], r["extra"], r["server_cpu_pct"]] for r in rows],
+          r["open_p50_ms"], r["auth_ok_p50_ms"], r["missed"], r["extra"], r["server_cpu_pct"]] for r in rows],
     )
     for row in rows:
         if row.get("profile"):

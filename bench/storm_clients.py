@@ -29,6 +29,9 @@ class Client:
     mailbox_seq: int = 0
     room_seq: int = 0
     ws: Any = None
+    # Seconds from the attempt to the socket open, and to AUTH_OK (the storm's phases).
+    opened_s: float = 0.0
+    authed_s: float = 0.0
 
 
 async def _auth(ws, token: str, timeout: float) -> None:  # type: ignore[no-untyped-def]
@@ -64,10 +67,13 @@ async def catch_up(client: Client, host: str, port: int, path: str, replay: bool
     sent together: answers (mailbox events, room events) newer than the client's positions."""
     from lean_ws import connect
 
+    began = time.monotonic()
     ws = client.ws = await connect(host, port, path, timeout)
+    client.opened_s = time.monotonic() - began
     if client.token is None:
         return 0, 0
     await _auth(ws, client.token, timeout)
+    client.authed_s = time.monotonic() - began
     join: dict[str, Any] = {"type": "ROOM_JOIN", "req_id": "j", "room_id": client.room_id}
     if replay:
         join["after_room_seq"] = client.room_seq
@@ -94,7 +100,7 @@ async def _all(clients: list[Client], url_parts: tuple[str, int, str], replay: b
     """Every client catches up at once (at most `concurrency` in flight); its time to caught-up
     from its own first attempt, and what it got."""
     gate = asyncio.Semaphore(concurrency)
-    took = array("f")
+    took, opened, authed = array("f"), array("f"), array("f")
     got = {"mailbox": array("i"), "room": array("i")}
     failures: list[str] = []
 
@@ -113,12 +119,15 @@ async def _all(clients: list[Client], url_parts: tuple[str, int, str], replay: b
                         return
                     await asyncio.sleep(0.5)
             took.append(time.monotonic() - began)
+            opened.append(client.opened_s)
+            authed.append(client.authed_s)
             got["mailbox"].append(mailbox)
             got["room"].append(room)
 
     first = time.time()
     await asyncio.gather(*(one(c) for c in clients))
-    return {"first": first, "last": time.time(), "took": took.tobytes(), "mailbox": got["mailbox"].tobytes(),
+    return {"first": first, "last": time.time(), "took": took.tobytes(), "opened": opened.tobytes(),
+            "authed": authed.tobytes(), "mailbox": got["mailbox"].tobytes(),
             "room": got["room"].tobytes(), "failures": failures[:5], "failed": len(failures)}
 
 
