@@ -6,6 +6,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_TENANT ?= demo
 DEMO_PASSWORD ?= demo-password
+# daphne's -b/-p listen with a backlog of 50, too few for a reconnect storm (docs/performance.md).
+LISTEN_BACKLOG := 2048
 DAPHNE_LIMITS := --websocket-max-message-size 1048576 --websocket-max-frame-size 1048576
 # Web Push for the embedded setup: QIM_VAPID_PRIVATE_KEY when set, else a key generated once
 # into var/ (qim_vapid_key keeps an existing file); the contact defaults to mailto:admin@localhost.
@@ -41,7 +43,7 @@ run: deps web
 	  && echo "demo users u000001 and u000002 (password $(DEMO_PASSWORD)): chat with admin from a second window"
 	@[ -n "$${QIM_VAPID_PRIVATE_KEY}" ] || $(PY) manage.py qim_vapid_key --out $(VAPID_KEY_FILE) >/dev/null
 	QIM_ALLOWED_ORIGINS="$${QIM_ALLOWED_ORIGINS:-http://$(HOST):$(PORT),http://localhost:$(PORT)}" \
-	  $(VAPID_ENV) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) $(DAPHNE_LIMITS) qim.asgi:application
+	  $(VAPID_ENV) $(VENV)/bin/daphne -e tcp:port=$(PORT):interface=$(HOST):backlog=$(LISTEN_BACKLOG) $(DAPHNE_LIMITS) qim.asgi:application
 
 # The push worker beside `make run` (a second terminal), with the same VAPID key.
 worker: deps

@@ -36,7 +36,7 @@ from tests.harness.qim_process import (  # noqa: E402  (the harness tests use, r
     pg_database,
     sqlite_database,
 )
-from tests.harness.qim_process import process_env, wait_until_healthy  # noqa: E402
+from tests.harness.qim_process import daphne_listen, process_env, wait_until_healthy  # noqa: E402
 from tests.harness.services import PostgresServer, free_port, wait_for_port  # noqa: E402
 
 # Daphne started through this, so that its file-descriptor limit is raised to the hard limit
@@ -96,7 +96,7 @@ def server_argv(port: int, app: str, asgi_server: str = "daphne") -> list[str]:
     if asgi_server == "uvicorn":
         return [sys.executable, "-c", UVICORN_WRAPPER, "--host", "127.0.0.1", "--port", str(port), "--ws", "websockets",
                 "--lifespan", "off", "--no-access-log", "--ws-max-size", "1048576", app]
-    return [sys.executable, "-c", DAPHNE_WRAPPER, "-b", "127.0.0.1", "-p", str(port),
+    return [sys.executable, "-c", DAPHNE_WRAPPER, *daphne_listen("127.0.0.1", port),
             "--websocket-max-message-size", "1048576", app]
 
 

@@ -99,8 +99,16 @@ def plot_connections(result: dict, fig) -> None:  # type: ignore[no-untyped-def]
     _bars(axes[1], [r["server"] for r in rows], [r["connect_s"] for r in rows], "seconds to connect all", "s")
 
 
+def plot_reconnect_storm(result: dict, fig) -> None:  # type: ignore[no-untyped-def]
+    rows = result["cases"]
+    axes = fig.subplots(1, 2)
+    _bars(axes[0], [r["server"] for r in rows], [r["per_s"] for r in rows],
+          f"{result['clients']} clients at once: (re)connects/s", "per s")
+    _bars(axes[1], [r["server"] for r in rows], [r["p99_ms"] for r in rows], "p99 time to caught-up, ms", "ms")
+
+
 PLOTS = {"room_fanout": plot_room_fanout, "dm_isolation": plot_dm_isolation, "reaction_storm": plot_reaction_storm,
-         "send_fanout": plot_send_fanout, "connections": plot_connections}
+         "send_fanout": plot_send_fanout, "connections": plot_connections, "reconnect_storm": plot_reconnect_storm}
 
 
 def plot(name: str, result: dict, path: Path) -> bool:

@@ -33,6 +33,7 @@ SCRIPTS = {
     "send_fanout": (180, 120),
     "connections": (240, 120),
     "push_senders": (300, 150),
+    "reconnect_storm": (300, 110),
 }
 
 

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 DAPHNE_LIMITS = ["--websocket-max-message-size", "1048576", "--websocket-max-frame-size", "1048576"]
 DEMO_TENANT = "demo"
+LISTEN_BACKLOG = 2048
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -83,10 +84,18 @@ def prepare(options: argparse.Namespace) -> None:
     secret.write_text(line + "\n")
 
 
+def listen_endpoint(bind: str, port: int) -> str:
+    """daphne's -b/-p listen with Twisted's default backlog of 50, which a reconnect storm
+    overflows (each dropped SYN costs its client 1 s, then 3 s): an endpoint string sets it
+    (docs/performance.md, "Issue 22: reconnect storms"); the kernel caps it at somaxconn."""
+    interface = bind.strip("[]").replace(":", "\\:")
+    return f"tcp:port={port}:interface={interface}:backlog={LISTEN_BACKLOG}"
+
+
 def node_argv(bind: str, port: int) -> list[str]:
     """daphne behind a proxy: --proxy-headers takes the client's address from the
     X-Forwarded-For that nginx sets (per-address limits count real clients)."""
-    return [PYTHON, "-m", "daphne", "-b", bind, "-p", str(port), "--proxy-headers", *DAPHNE_LIMITS,
+    return [PYTHON, "-m", "daphne", "-e", listen_endpoint(bind, port), "--proxy-headers", *DAPHNE_LIMITS,
             "qim.asgi:application"]
 
 

@@ -13,6 +13,7 @@ from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
+from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.origin import QimOriginValidator  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
 from qim.recovery import RecoverOnStart  # noqa: E402
@@ -24,6 +25,9 @@ take_over_sqlite_checkpoints(settings.DATABASES["default"], settings.QIM_SQLITE_
 
 # Twisted must not answer a malformed multipart body before Django sees it (qim/raw_bodies.py).
 hand_django_raw_bodies()
+
+# autobahn must not pretty-print its configuration for every socket it accepts (qim/gateway/handshake.py).
+cheapen_autobahn_handshake()
 
 websocket_routes = URLRouter([path("ws/v1", GatewayConsumer.as_asgi())])
 
@@ -42,3 +46,5 @@ application = RecoverOnStart(
 # socket. With 500 sockets a full pass took 60-100 ms before, 12-60 ms after
 # (docs/performance.md, DM isolation).
 gc.freeze()
+# Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD).
+gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])

@@ -8,7 +8,6 @@ import msgspec
 
 from qim.conf import limit
 from qim.content_types import check_send_policy
-from qim.db import in_db_thread
 from qim.errors import Refused
 from qim.frames.messaging import check_payload
 from qim.gateway import codec
@@ -16,8 +15,8 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.gateway.fit import reply_items_budget
 from qim.gateway.node import on_disconnect
+from rooms.access import check_room_exists
 from rooms.local import LocalRoom
-from rooms.queries import access_room
 from rooms.service import get_room_service, room_key
 
 RoomId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]{1,64}$")]
@@ -70,7 +69,7 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     """Join (or rejoin) a room; the reply is a ROOM_BATCH, a replay when after_room_seq is
     given (cut by size like ROOM_REPLAY's, `has_more` then). Live ROOM_BATCH pushes follow,
     never older than the reply's latest_room_seq."""
-    await in_db_thread(access_room)(conn.tenant_id, frame.room_id)
+    await check_room_exists(conn.tenant_id, frame.room_id)
     key = room_key(conn.tenant_id, frame.room_id)
     if frame.room_id not in conn.rooms and len(conn.rooms) >= limit("max_rooms_per_connection"):
         raise Refused("room_limit", f"at most {limit('max_rooms_per_connection'):g} rooms per connection")

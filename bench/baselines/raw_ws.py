@@ -3,7 +3,7 @@ to every connection with `websockets.broadcast`, encoded once.
 
     python bench/baselines/raw_ws.py --port N
 
-No compression, like the receivers. Raises its file-descriptor limit to the hard limit.
+No compression, like the receivers; the listen backlog QIM's nodes get. Raises its file-descriptor limit to the hard limit.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ async def handler(websocket) -> None:  # type: ignore[no-untyped-def]
 
 
 async def main(port: int) -> None:
-    async with serve(handler, "127.0.0.1", port, compression=None, max_size=None, ping_interval=None):
+    # The listen backlog QIM's daphne gets (tests/harness/qim_process.py LISTEN_BACKLOG), not
+    # asyncio's 100: a connect storm measures both servers, not their SYN queues.
+    async with serve(handler, "127.0.0.1", port, compression=None, max_size=None, ping_interval=None, backlog=2048):
         await asyncio.Future()
 
 

@@ -35,7 +35,7 @@ from qim.queries.conversations import (
     require_current_member,
 )
 from qim.queries.conversation_list import ListCursor, conversation_page
-from qim.queries.mailbox import sync_page
+from qim.queries.mailbox import SyncPage, SyncRequest, sync_pages
 from qim.queries.retention import history_truncated
 from qim.ratelimit import check_rate, take_rate
 
@@ -154,13 +154,22 @@ def other_members(conn: Connection, conversation_id: str) -> list[str]:
     return [u for u in current_members(conversation.pk).values() if u != conn.user_id]
 
 
+def _sync_pages(_key: None, requests: list[SyncRequest]) -> list[SyncPage]:
+    return sync_pages(requests)
+
+
+# SYNCs that arrive while one is read go together in the next read: after a reconnect storm
+# every client SYNCs at once (docs/performance.md, "Issue 22: reconnect storms").
+sync_batcher: KeyedBatcher[None, SyncRequest, SyncPage] = KeyedBatcher("sync", _sync_pages, max_items=200)
+
+
 @frame_handler("SYNC", Sync)
 async def handle_sync(conn: Connection, frame: Sync) -> dict:
     """A page of the mailbox after the cursor, under the outbound frame cap with its req_id
     (cut by size: `has_more`, the cursor at the last event sent)."""
-    page = await in_db_thread(sync_page)(
-        conn.user_pk, conn.device_id, frame.after_mailbox_seq, frame.limit, max_bytes=reply_items_budget(frame.req_id)
-    )
+    page = await sync_batcher.submit(None, SyncRequest(
+        conn.user_pk, conn.device_id, frame.after_mailbox_seq, frame.limit, reply_items_budget(frame.req_id)
+    ))
     reply = {
         "type": "SYNC_BATCH",
         "events": page.events_json,

@@ -17,7 +17,6 @@ from ulid import ULID
 
 from qim.clock import now_ms
 from qim.conf import all_limits, limit
-from qim.db import in_db_thread
 from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
@@ -26,12 +25,12 @@ from qim.db_outage import is_database_unavailable
 from qim.gateway.errors import error_frame, outage_frame, refusal_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
+from qim.gateway.auth_lookup import identity_for_auth
 from qim.gateway.node import get_node
 from qim.gateway.wire import DaphneSocket, TextFrame, outbound_frame_cap, twisted_buffered
 from qim.log_context import bind_connection, frame_scope
 from qim.metrics import instruments as metrics
 from qim.outage import outage_of
-from qim.queries import identity_for_token
 from qim.queries.identity import Identity, token_expires_at_ms
 
 logger = logging.getLogger(__name__)
@@ -304,7 +303,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         """The token's identity; None once the client was answered and the socket closed
         (an unknown token, or a database that cannot be asked)."""
         try:
-            identity = await in_db_thread(identity_for_token)(frame.token, frame.device_id)
+            identity = await identity_for_auth(frame.token, frame.device_id)
         except Exception as exc:
             if not is_database_unavailable(exc):
                 raise

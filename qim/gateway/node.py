@@ -11,6 +11,7 @@ channel-layer message: that path costs a thread hop per message in Channels (§ 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 from collections import Counter, defaultdict
@@ -189,6 +190,8 @@ class ConnectionNode:
             "connections": len(self.connections),
             "online_users": len(self._by_user),
             "counters": dict(self.counters),
+            # The collector's thresholds in force (QIM_GC_YOUNG_THRESHOLD sets the first).
+            "gc_thresholds": list(gc.get_threshold()),
         }
 
 

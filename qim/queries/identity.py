@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -63,13 +64,29 @@ def live_digests_among(digests: list[str]) -> set[str]:
 def identity_for_token(key: str, device_id: str | None) -> Identity | None:
     """The identity of `key`, or None when it is unknown, revoked, expired, its user
     deactivated, or (if given) bound to another device."""
-    token = live_token_for(key)
-    if token is None:
-        return None
+    return identities_for_tokens([(key, device_id)])[0]
+
+
+def identities_for_tokens(requests: list[tuple[str, str | None]]) -> list[Identity | None]:
+    """identity_for_token for each (key, device_id), in order, with one query for them all:
+    a reconnect storm brings thousands of AUTHs at once (docs/performance.md)."""
+    digests = [token_digest(key) for key, _ in requests]
+    rows = {t.digest: t for t in live_tokens().select_related("device__user__tenant").filter(digest__in=set(digests))}
+    answered: set[str] = set()
+    identities = []
+    for digest, (_, device_id) in zip(digests, requests):
+        token = rows.get(digest)
+        # Each connection keeps a User of its own, as when each AUTH read its own row.
+        identities.append(None if token is None else _identity_of(token, device_id, copy_user=digest in answered))
+        answered.add(digest)
+    return identities
+
+
+def _identity_of(token: DeviceToken, device_id: str | None, copy_user: bool) -> Identity | None:
     device = token.device
     if device_id is not None and device.device_id != device_id:
         return None
-    user = device.user
+    user = copy.copy(device.user) if copy_user else device.user
     return Identity(
         tenant_id=user.tenant_id,
         tenant_name=user.tenant.name,

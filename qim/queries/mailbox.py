@@ -7,6 +7,9 @@ from typing import Any
 
 import msgspec
 
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
+
 from qim.gateway.fit import fit_list
 from qim.models import UserMailboxEntry
 from qim.queries.retention import mailbox_truncated
@@ -27,6 +30,17 @@ class SyncPage:
     history_truncated: bool = False
 
 
+@dataclass(frozen=True)
+class SyncRequest:
+    """One SYNC: the device, its cursor, the page size asked for and the reply's byte budget."""
+
+    user_pk: int
+    device_id: str
+    after_mailbox_seq: int
+    limit: int | None
+    max_bytes: int
+
+
 def sync_page(
     user_pk: int, device_id: str, after_mailbox_seq: int, limit: int | None, *, max_bytes: int
 ) -> SyncPage:
@@ -37,12 +51,59 @@ def sync_page(
     cut by size ends at the last event it carries, so the cursor never passes an event not
     sent (nor the skipped entries after it), and says `has_more`.
     """
-    limit = min(max(1, limit or SYNC_DEFAULT_LIMIT), SYNC_MAX_LIMIT)
-    rows = list(
-        UserMailboxEntry.objects.filter(user_id=user_pk, mailbox_seq__gt=after_mailbox_seq)
-        .select_related("conversation", "message__sender")
-        .order_by("mailbox_seq")[: limit + 1]
-    )
+    return sync_pages([SyncRequest(user_pk, device_id, after_mailbox_seq, limit, max_bytes)])[0]
+
+
+def sync_pages(requests: list[SyncRequest]) -> list[SyncPage]:
+    """sync_page for each request, in order, reading the entries of all of them with one query
+    per distinct user among them (a reconnect storm's SYNCs, docs/performance.md): a user
+    asked for twice (two devices) gets a query for each of its requests, as alone."""
+    pages: list[SyncPage | None] = [None] * len(requests)
+    pending = list(enumerate(requests))
+    while pending:
+        users: set[int] = set()
+        now, later = [], []
+        for index, request in pending:
+            (later if request.user_pk in users else now).append((index, request))
+            users.add(request.user_pk)
+        rows = _entries_after([request for _, request in now])
+        for index, request in now:
+            pages[index] = _page(request, rows.get(request.user_pk, []))
+        pending = later
+    return pages  # type: ignore[return-value]
+
+
+def _page_size(request: SyncRequest) -> int:
+    return min(max(1, request.limit or SYNC_DEFAULT_LIMIT), SYNC_MAX_LIMIT)
+
+
+def _entries_after(requests: list[SyncRequest]) -> dict[int, list[UserMailboxEntry]]:
+    """Up to page size + 1 entries after each request's cursor, ascending, by user (one
+    request per user here)."""
+    if len(requests) == 1:
+        (request,) = requests
+        return {request.user_pk: list(_entries(Q(user_id=request.user_pk, mailbox_seq__gt=request.after_mailbox_seq))
+                                      .order_by("mailbox_seq")[: _page_size(request) + 1])}
+    after = Q()
+    for request in requests:
+        after |= Q(user_id=request.user_pk, mailbox_seq__gt=request.after_mailbox_seq)
+    rank = Window(RowNumber(), partition_by=F("user_id"), order_by=F("mailbox_seq").asc())
+    size = {request.user_pk: _page_size(request) + 1 for request in requests}
+    by_user: dict[int, list[UserMailboxEntry]] = {}
+    for entry in _entries(after).annotate(rank=rank).filter(rank__lte=max(size.values())).order_by("user_id", "mailbox_seq"):
+        if entry.rank <= size[entry.user_id]:
+            by_user.setdefault(entry.user_id, []).append(entry)
+    return by_user
+
+
+def _entries(where: Q) -> QuerySet[UserMailboxEntry]:
+    return UserMailboxEntry.objects.filter(where).select_related("conversation", "message__sender")
+
+
+def _page(request: SyncRequest, rows: list[UserMailboxEntry]) -> SyncPage:
+    """The page of one request from its entries after the cursor (at most page size + 1)."""
+    user_pk, device_id, after_mailbox_seq = request.user_pk, request.device_id, request.after_mailbox_seq
+    limit = _page_size(request)
     has_more = len(rows) > limit
     rows = rows[:limit]
     events = [
@@ -50,7 +111,7 @@ def sync_page(
         for entry in rows
         if entry.origin_device_id != device_id
     ]
-    fitted = fit_list(events, max_bytes)
+    fitted = fit_list(events, request.max_bytes)
     if len(fitted.items) < len(events):
         next_seq = fitted.items[-1]["mailbox_seq"]
         sent_seqs = [r.mailbox_seq for r in rows if r.mailbox_seq <= next_seq]

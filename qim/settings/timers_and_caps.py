@@ -51,3 +51,9 @@ QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
 # Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
 # decoding and encoding recurse once per level (qim/gateway/inbound.py).
 QIM_MAX_INBOUND_FRAME_DEPTH = 32
+# The collector's young-generation threshold (gc.set_threshold's first value; Python's default
+# is 700), set once the node has started (qim/asgi.py). A reconnect storm allocates tens of
+# thousands of short-lived objects per second; at 700 the young collections and the promotions
+# they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
+# "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
+QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)

@@ -143,6 +143,18 @@ def wait_until_healthy(
     raise TimeoutError(f"{name} not healthy after {timeout}s")
 
 
+# Daphne's -b/-p listen with Twisted's default backlog of 50: a reconnect storm overflows it,
+# and each dropped SYN costs its client a 1 s (then 3 s) retransmission. An endpoint string
+# sets it (docs/performance.md, "Issue 22: reconnect storms"); the kernel caps it at somaxconn.
+LISTEN_BACKLOG = 2048
+
+
+def daphne_listen(host: str, port: int) -> list[str]:
+    """daphne's arguments to listen on host:port with LISTEN_BACKLOG."""
+    interface = host.strip("[]").replace(":", "\\:")
+    return ["-e", f"tcp:port={port}:interface={interface}:backlog={LISTEN_BACKLOG}"]
+
+
 @dataclass
 class QimNode:
     """One daphne process serving qim.asgi:application on a free port."""
@@ -177,7 +189,7 @@ class QimNode:
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "daphne",
-                "-b", self.bind, "-p", str(self.port),
+                *daphne_listen(self.bind, self.port),
                 "--websocket-max-message-size", "1048576",
                 *self._access_log(env),
                 "qim.asgi:application",
