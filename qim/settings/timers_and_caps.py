@@ -51,3 +51,9 @@ QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
 # Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
 # decoding and encoding recurse once per level (qim/gateway/inbound.py).
 QIM_MAX_INBOUND_FRAME_DEPTH = 32
+# Room pushes (rooms/local.py; docs/performance.md "Issue 22: per-frame cost and big rooms"):
+# the most events one pushed ROOM_BATCH carries; 0 (the default) merges everything a room's
+# tick holds into one frame. 1 pushes every event in a frame of its own (clients that want
+# one event per frame; the per-frame benchmark), still at most room_outbound_frame_rate
+# frames per connection: what the budget refuses waits, one event per frame still.
+QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
