@@ -19,8 +19,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
 
@@ -28,9 +27,10 @@ from qim.background import spawn
 from qim.conf import limit
 from qim.gateway.connection import Connection
 from qim.gateway.foreground import ForegroundWork
-from qim.gateway.wire import DIRECT, QUEUED, TextFrame, outbound_frame_cap
-from rooms.batches import Batch, encode_batches
+from qim.gateway.wire import DIRECT, QUEUED, TextFrame
+from rooms.batches import Batch
 from rooms.budget import RATE_SLACK, FrameBudget
+from rooms.local_room import Held, LocalRoom, room_batches
 
 logger = logging.getLogger(__name__)
 
@@ -48,53 +48,6 @@ TICK_YIELDS = 4
 # slowest on a loaded node, short enough that a steady stream of them slows a room's ticks
 # by at most this much each.
 TICK_GIVE_WAY_S = 0.02
-
-
-def room_batches(meta: dict[str, Any], events: list[dict[str, Any]]) -> list[Batch]:
-    """A room's events as pushed ROOM_BATCH frames: under the outbound frame cap, and at most
-    QIM_ROOM_BATCH_MAX_EVENTS events each when it is set (1: one event per frame)."""
-    return encode_batches(meta, events, outbound_frame_cap(), settings.QIM_ROOM_BATCH_MAX_EVENTS)
-
-
-class Held(NamedTuple):
-    """A room's events deferred for one connection, the room head to send them under, and
-    their encoded size (what QIM_MAX_OUTBOUND_BUFFER_BYTES bounds)."""
-
-    meta: dict[str, Any]
-    events: list[dict[str, Any]]
-    size: int
-
-    @classmethod
-    def of(cls, meta: dict[str, Any], batches: list[Batch]) -> "Held":
-        return cls(meta, [event for batch in batches for event in batch.events], sum(b.frame.size for b in batches))
-
-
-@dataclass(eq=False)
-class LocalRoom:
-    key: str
-    tenant_id: int
-    room_id: str
-    members: set[Connection] = field(default_factory=set)
-    # Connections whose join is being answered: live events wait here until the reply is out.
-    joining: dict[Connection, list[dict[str, Any]]] = field(default_factory=dict)
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    # Members just joined: the room_seq their join reply and hand-over reached. Events up to
-    # it may still wait in `pending` (they arrived before or during the join); the next
-    # flush leaves those out for them.
-    live_after: dict[Connection, int] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    last_flush: float = 0.0
-    flush_task: asyncio.TimerHandle | None = None
-    reported_holder: str | None = None
-    reported_at: float = 0.0
-    # The newest room_epoch this node has seen for the room (batches and join replies):
-    # batches of an older epoch come from a writer that lost its lease and are dropped here,
-    # so no member gets an old epoch's event after a newer one's (fencing, §1.2).
-    epoch: int = 0
-
-    @property
-    def count(self) -> int:
-        return len(self.members) + len(self.joining)
 
 
 class LocalRooms:
@@ -160,8 +113,19 @@ class LocalRooms:
         return True
 
     def _schedule_flush(self, room: LocalRoom) -> None:
-        delay = max(0.0, room.last_flush + self.interval - time.monotonic())
+        delay = max(0.0, room.next_due - time.monotonic())
         room.flush_task = asyncio.get_running_loop().call_later(delay, self._flush_soon, room)
+
+    def next_due(self, started: float, ended: float) -> float:
+        """When a room's next tick may start: `interval` after this one started, so that a
+        big room's tick time does not add to every event's wait (issue 22: 5 000 members),
+        plus a cap-th of its duration, so that a member written late in one tick and early in
+        a later one still gets at most cap frames in RATE_SLACK seconds (the budget defers
+        the one over, at a cost to it); and at least half an interval after it ended, so
+        that a tick longer than the interval is not followed at once by ticks of one event
+        each (the collapse found on 2026-12-02, docs/performance.md)."""
+        took = ended - started
+        return max(started + self.interval + took / self.budget.cap(), ended + self.interval / 2)
 
     def _flush_soon(self, room: LocalRoom) -> None:
         spawn(self.flush(room), name="qim-room-tick")
@@ -171,13 +135,12 @@ class LocalRooms:
         set until the tick ends, so that ticks of one room never overlap (they would reorder
         events on the sockets a yielding tick has not reached yet)."""
         events, room.pending = room.pending, []
+        started = time.monotonic()
         try:
             if events and room.members:
                 await self._write_tick(room, events)
         finally:
-            # The next tick counts from the end of this one: a flush to many sockets that takes
-            # longer than the interval must not make every following flush carry one event.
-            room.last_flush = time.monotonic()
+            room.next_due = self.next_due(started, time.monotonic())
             room.flush_task = None
             if room.pending:
                 self._schedule_flush(room)
