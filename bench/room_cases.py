@@ -134,7 +134,8 @@ def run_drained(server: str, case: str, server_pids: list[int], parts, sender: T
     members = Members(parts)
     senders = None
     try:
-        members.wait_ready()
+        # Big rooms: 10 000 joins across two nodes took over 180 s on the shared machine.
+        members.wait_ready(max(180.0, members.size / 30))
         senders = Senders(sender, sender_tokens, mode, params)
         senders.wait_ready()
         server_cpu, client_cpu = CpuMeter(server_pids), CpuMeter(members.pids + [senders.process.pid])

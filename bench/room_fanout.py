@@ -120,6 +120,13 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         node.stop()
         backend.close()
 
+    rows += one_node_baselines(plan, work_dir)
+    return rows
+
+
+def one_node_baselines(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    n, big = plan.receivers, BigPlan(plan)
     # The baselines keep one server for all their cases (each case has fresh receivers; a
     # consumer that disconnects takes its queued messages with it).
     anonymous: list[str | None] = [None] * n
@@ -147,6 +154,7 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
     finally:
         raw.stop()
     return rows
+
 
 
 # --- two nodes on Redis ----------------------------------------------------------------------
@@ -199,6 +207,16 @@ def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
     finally:
         backend.close()
 
+    try:
+        rows.append(two_nodes_tutorial(plan, work_dir, redis))
+    finally:
+        redis.stop()
+    return rows
+
+
+def two_nodes_tutorial(plan: Plan, work_dir: Path, redis: RedisServer) -> dict[str, Any]:
+    """The tutorial room on two daphne nodes over the same redis-server (QIM's nodes stopped)."""
+    n = plan.receivers
     redis.reset_stats(flush=True)  # QIM's nodes are stopped
     env = {"BENCH_REDIS_URL": redis.url}
     ta = start_tutorial(work_dir, "tutorial2-a", env)
@@ -223,13 +241,11 @@ def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         row.update({"nodes_with_members": 2, "layer_msgs_per_room_msg": round(per["layer_received"] / sends, 3),
                     "layer_received_per_room_msg": round(per["layer_received"] / sends, 3),
                     "redis_zadd_per_room_msg": round(per["redis_zadd"] / sends, 3)})
-        rows.append(row)
+        return row
     finally:
         ta.stop()
         if tb is not None:
             tb.stop()
-        redis.stop()
-    return rows
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
