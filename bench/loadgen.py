@@ -22,6 +22,9 @@ from urllib.parse import urlparse
 
 STAMP = re.compile(rb"t=(\d+) i=")
 PAYLOAD_BYTES = 64
+# A ROOM_JOIN refused with retry_after_ms (a join storm across nodes can outlast the writer
+# call's deadline) is sent again, as a client does, this many times in all.
+JOIN_ATTEMPTS = 10
 
 
 def message_text(n: int, tag: str = "") -> str:
@@ -60,14 +63,17 @@ async def open_member(target: Target, token: str | None, timeout: float = 60.0):
         ok = json.loads(await ws.recv(timeout))
         if ok.get("type") != "AUTH_OK":
             raise RuntimeError(f"AUTH refused: {ok}")
-        if target.room_id:
+        for attempt in range(JOIN_ATTEMPTS) if target.room_id else ():
             ws.send_text(json.dumps({"type": "ROOM_JOIN", "req_id": "join", "room_id": target.room_id}))
             while True:
                 frame = json.loads(await ws.recv(timeout))
                 if frame.get("req_id") == "join":
                     break
-            if frame.get("type") != "ROOM_BATCH":
+            if frame.get("type") == "ROOM_BATCH":
+                break
+            if "retry_after_ms" not in frame or attempt == JOIN_ATTEMPTS - 1:  # as a client does: retry when told to
                 raise RuntimeError(f"ROOM_JOIN refused: {frame}")
+            await asyncio.sleep(frame["retry_after_ms"] / 1000)
     return ws
 
 

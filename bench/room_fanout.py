@@ -21,6 +21,9 @@ Receivers are two lean processes (bench/lean_ws.py, compression off); every case
   tutorial's consumers (one dispatch per member reached), and redis-server's INFO
   commandstats for both (ZADD: channels_redis stores each message once and backs it up once
   while a receiver takes it).
+- unmerged, and big rooms (bench/big_rooms.py, issue 22 items 3 and 4): one event per frame
+  against raw websockets at the same offered load, frames per server CPU-second; 20 msg/s
+  to 5 000 receivers on one node and to 10 000 on two (--quick: 1 000 and 2 000).
 - qim (uvicorn): the same QIM app served by uvicorn, when it is installed (full runs only).
 --quick skips the informational cases (frame rate 50, remote writer, uvicorn).
 """
@@ -32,204 +35,47 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+import room_cases
 from common import (
     Backend,
-    CpuMeter,
     RawWsServer,
     RedisServer,
-    bootstrap,
     emit,
-    percentile,
-    populate,
     print_table,
     start_node,
     start_tutorial,
     uvicorn_available,
     work_directory,
 )
-from loadgen import Members, Senders, Target
-from pyspy import Sampler, print_summary, summarize as summarize_profile
+from big_rooms import UNMERGED_ENV, BigPlan, one_node_big, two_nodes_big, unmerged
+from big_rooms import report as report_big_rooms
+from loadgen import Target
+from pyspy import print_summary
+from room_cases import (
+    MSG_RATE_ENV,
+    PROFILES,
+    ROOM,
+    ROOM2,
+    WINDOW,
+    Plan,
+    become_writer,
+    create_room,
+    qim_setup,
+    run_drained,
+    run_max,
+    split,
+)
 
-ROOM = "bench"
-ROOM2 = "bench2"
-# Messages in flight in the max runs. The tutorial's stays under its channel capacity (100),
-# past which the layer drops silently; its rate is the same at 20 or 50 (and raw websockets'
-# the same from 20 to 200): both are saturated, the window is not what limits them.
-WINDOW = {"qim": 200, "qim (uvicorn)": 200, "raw_websockets": 200, "tutorial": 50}
 RECEIVER_PROCESSES = 2
-# The max runs: the room's message rate raised out of the way, at the default frame rate (10)
-# and with room_outbound_frame_rate raised too.
-# The max runs' one sender keeps 200 ROOM_SENDs in flight: past the default inbound frame
-# budget (500/s), which is raised out of the way with the room's message rate.
-MSG_RATE_ENV = {"QIM_ROOM_MSG_RATE": "100000", "QIM_INBOUND_FRAME_RATE": "100000"}
+# The max runs: the room's message rate raised out of the way (MSG_RATE_ENV), at the default
+# frame rate (10) and with room_outbound_frame_rate raised too.
 THROUGHPUT_ENV = {**MSG_RATE_ENV, "QIM_ROOM_OUTBOUND_FRAME_RATE": "50"}
 FIXED_RATE = 20.0
 SENDERS = 20
-# --profile DIR: py-spy samples every server process during each max run's window and
-# each fixed-rate run.
-PROFILE_DIR: Path | None = None
-PROFILES: dict[str, dict] = {}
-
-
-class Plan:
-    def __init__(self, quick: bool) -> None:
-        self.quick = quick
-        self.receivers = 200 if quick else 1000
-        self.warmup_s = 0.7 if quick else 2.0
-        self.measure_s = 1.5 if quick else 4.0
-        self.fixed_s = 3.0 if quick else 6.0
-        self.drain_s = 2.0 if quick else 5.0
-        self.burst_receivers = 100 if quick else 200
-        self.burst = 5 if quick else 10
-
-
-def split(tokens: list, parts: int) -> list[list]:
-    return [tokens[i::parts] for i in range(parts)]
-
-
-def cpu_summary(meter: CpuMeter) -> tuple[float, float]:
-    """Total CPU% of the processes and the busiest one's (100 = one core)."""
-    each = meter.each()
-    return round(sum(each), 1), round(max(each, default=0.0), 1)
-
-
-def summarize(server: str, case: str, members: Members, data: dict, extra: dict[str, Any]) -> dict[str, Any]:
-    lat = data["latencies"]
-    row = {
-        "server": server, "case": case, "receivers": members.size,
-        "p50_ms": round(percentile(list(lat), 50), 1) if lat else None,
-        "p99_ms": round(percentile(list(lat), 99), 1) if lat else None,
-        "connect_s": round(members.connect_s, 2),
-        **extra,
-    }
-    return row
-
-
-def run_max(server: str, server_pids: list[int], parts, sender: Target, sender_token, plan: Plan,  # type: ignore[no-untyped-def]
-            case: str = "max", probe=None) -> dict[str, Any]:
-    """`probe()`, when given, answers counters (name -> int) read at the start and the end of
-    the measured window; the row gets their growth per room message delivered in it."""
-    case_started = time.monotonic()
-    members = Members(parts)
-    senders = None
-    try:
-        members.wait_ready()
-        senders = Senders(sender, [sender_token], "window", {"window": WINDOW[server]})
-        senders.wait_ready()
-        senders.start()
-        time.sleep(plan.warmup_s)
-        server_cpu, client_cpu = CpuMeter(server_pids), CpuMeter(members.pids + [senders.process.pid])
-        samplers = start_profiles(server, case, server_pids, plan.measure_s)
-        members.recording.value = 1
-        p0 = probe() if probe else {}
-        c0, t0 = members.delivered(), time.monotonic()
-        by_process = [c.value for c in members.counters]
-        time.sleep(plan.measure_s)
-        c1, t1 = members.delivered(), time.monotonic()
-        by_process = [round((c.value - b) / (t1 - t0)) for c, b in zip(members.counters, by_process)]
-        p1 = probe() if probe else {}
-        members.recording.value = 0
-        s_total, _ = cpu_summary(server_cpu)
-        c_total, c_max = cpu_summary(client_cpu)
-        finish_profiles(samplers)
-        senders.stop_sending()
-        tally = senders.result(30)
-        data = members.collect()
-    finally:
-        members.close()
-        if senders is not None:
-            senders.close()
-    rate = (c1 - c0) / (t1 - t0)
-    frames = data["frames"]
-    return summarize(server, case, members, data, {
-        "deliveries_per_s": round(rate), "room_msgs_per_s": round(rate / members.size, 1),
-        "frames_per_conn_s": round(sum(frames) / len(frames) / (t1 - t0), 1) if frames else 0,
-        "events_per_frame": round((c1 - c0) / max(1, sum(frames)), 1),
-        "lost": None, "server_cpu_pct": s_total, "client_cpu_pct": c_total, "busiest_client_cpu_pct": c_max,
-        "sent": tally["sent"], "refused": tally["errors"], "deliveries_per_s_by_process": by_process,
-        "per_room_msg": {k: round((p1[k] - p0[k]) / max(1.0, (c1 - c0) / members.size), 3) for k in p0},
-        "case_s": round(time.monotonic() - case_started, 1),
-    })
-
-
-def start_profiles(server: str, case: str, pids: list[int], seconds: float) -> list[tuple[str, Sampler]]:
-    if PROFILE_DIR is None:
-        return []
-    tag = f"{server}-{case}-{len(PROFILES)}".replace(" ", "_").replace(",", "").replace("/", "per")
-    return [(f"{tag}-{i}", Sampler(pid, seconds, PROFILE_DIR / f"{tag}-{i}.txt")) for i, pid in enumerate(pids)]
-
-
-def finish_profiles(samplers: list[tuple[str, Sampler]]) -> None:
-    for tag, sampler in samplers:
-        path = sampler.wait()
-        if path is not None:
-            PROFILES[tag] = summarize_profile(path)
-
-
-def run_drained(server: str, case: str, server_pids: list[int], parts, sender: Target, sender_tokens,  # type: ignore[no-untyped-def]
-                mode: str, params: dict, plan: Plan) -> dict[str, Any]:
-    """A bounded load (fixed rate, or a burst from many senders), then wait for it to arrive:
-    all of it, or nothing new for a second, or DRAIN_S after the last send."""
-    case_started = time.monotonic()
-    members = Members(parts)
-    senders = None
-    try:
-        members.wait_ready()
-        senders = Senders(sender, sender_tokens, mode, params)
-        senders.wait_ready()
-        server_cpu, client_cpu = CpuMeter(server_pids), CpuMeter(members.pids + [senders.process.pid])
-        members.recording.value = 1
-        started = time.monotonic()
-        samplers = start_profiles(server, case, server_pids, params.get("seconds", plan.drain_s)) if mode == "rate" else []
-        senders.start()
-        tally = senders.result(timeout=params.get("seconds", 10) + 60)
-        finish_profiles(samplers)
-        expected = tally["accepted"] * members.size
-        deadline = time.monotonic() + plan.drain_s
-        seen, last_progress = -1, time.monotonic()
-        while time.monotonic() < deadline and members.delivered() < expected:
-            now_seen = members.delivered()
-            if now_seen != seen:
-                seen, last_progress = now_seen, time.monotonic()
-            elif time.monotonic() - last_progress > 1.5:
-                break
-            time.sleep(0.1)
-        elapsed = time.monotonic() - started
-        s_total, _ = cpu_summary(server_cpu)
-        c_total, c_max = cpu_summary(client_cpu)
-        data = members.collect()
-    finally:
-        members.close()
-        if senders is not None:
-            senders.close()
-    delivered = len(data["latencies"])
-    frames = data["frames"]
-    span = (data["last"] - data["first"]) or elapsed
-    send_s = tally["elapsed"] or elapsed
-    return summarize(server, case, members, data, {
-        "deliveries_per_s": round(delivered / span) if delivered else 0,
-        "room_msgs_per_s": round(tally["accepted"] / send_s, 1),
-        "frames_per_conn_s": round(sum(frames) / len(frames) / max(span, send_s), 1) if frames else 0,
-        "max_frames_per_conn_second": data["max_frames_per_second"],
-        "events_per_frame": round(delivered / max(1, sum(frames)), 1),
-        "expected": expected, "delivered": delivered, "lost": expected - delivered,
-        "lost_pct": round(100 * (expected - delivered) / expected, 1) if expected else None,
-        "server_cpu_pct": s_total, "client_cpu_pct": c_total, "busiest_client_cpu_pct": c_max,
-        "sent": tally["sent"], "accepted": tally["accepted"], "refused": tally["errors"],
-        "case_s": round(time.monotonic() - case_started, 1),
-    })
+BIG_ROOM = "bench3"
 
 
 # --- one node ------------------------------------------------------------------------------
-
-
-def qim_setup(node, users: int, work_dir: Path) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
-    admin = bootstrap(node)
-    tokens = list(populate(node, users, work_dir / "room-tokens.json")["users"].values())
-    create_room(node, admin, ROOM)
-    return admin, tokens
 
 
 def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
@@ -238,15 +84,19 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
     backend = Backend("sqlite", work_dir)
     db = backend.database("rooms")
     node = start_node(db, work_dir, "room-a", run_env=MSG_RATE_ENV)
+    big = BigPlan(plan)
     try:
-        _, tokens = qim_setup(node, n + SENDERS + 1, work_dir)
-        receivers, senders = tokens[:n], tokens[n:]
+        _, tokens = qim_setup(node, max(n, big.one_node, big.unmerged_receivers) + SENDERS + 1, work_dir)
+        receivers, senders = tokens[:n], tokens[-SENDERS - 1:]
         qim = Target("qim", node.ws_url, ROOM)
         parts = [(qim, part) for part in split(receivers, RECEIVER_PROCESSES)]
         rows.append(run_max("qim", [node.process.pid], parts, qim, senders[0], plan))
         burst_parts = [(qim, part) for part in split(receivers[: plan.burst_receivers], RECEIVER_PROCESSES)]
         rows.append(run_drained("qim", f"{SENDERS} senders", [node.process.pid], burst_parts, qim, senders[:SENDERS],
                                 "burst", {"count": plan.burst}, plan))
+        node.stop()
+        node.start(UNMERGED_ENV)
+        rows.append(unmerged("qim", [node.process.pid], qim, tokens, senders[0], plan))
         if not plan.quick:  # informational; --quick skips it
             node.stop()
             node.start(THROUGHPUT_ENV)
@@ -255,6 +105,7 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         node.start()  # default limits: room_msg_rate 20, room_outbound_frame_rate 10
         rows.append(run_drained("qim", "20/s", [node.process.pid], parts, qim, senders[0:1],
                                 "rate", {"rate": FIXED_RATE, "seconds": plan.fixed_s}, plan))
+        rows.append(one_node_big(plan, node, tokens))
         if uvicorn_available() and not plan.quick:
             # The same QIM application served by uvicorn instead of daphne, side by side.
             node.stop()
@@ -269,6 +120,13 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         node.stop()
         backend.close()
 
+    rows += one_node_baselines(plan, work_dir)
+    return rows
+
+
+def one_node_baselines(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    n, big = plan.receivers, BigPlan(plan)
     # The baselines keep one server for all their cases (each case has fresh receivers; a
     # consumer that disconnects takes its queued messages with it).
     anonymous: list[str | None] = [None] * n
@@ -292,32 +150,14 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         rows.append(run_max("raw_websockets", pids, parts, target, None, plan))
         rows.append(run_drained("raw_websockets", "20/s", pids, parts, target, [None], "rate",
                                 {"rate": FIXED_RATE, "seconds": plan.fixed_s}, plan))
+        rows.append(unmerged("raw_websockets", pids, target, [None] * big.unmerged_receivers, None, plan))
     finally:
         raw.stop()
     return rows
 
 
+
 # --- two nodes on Redis ----------------------------------------------------------------------
-
-
-def create_room(node, admin: str, room_id: str) -> None:  # type: ignore[no-untyped-def]
-    answer = httpx.post(f"{node.http_url}/api/v1/rooms", json={"room_id": room_id, "title": "bench"},
-                        headers={"Authorization": f"Token {admin}"}, timeout=30)
-    if answer.status_code not in (201, 409):
-        raise RuntimeError(f"creating the room failed: {answer.status_code} {answer.text}")
-
-
-def become_writer(node, token: str, room_id: str) -> None:  # type: ignore[no-untyped-def]
-    """Join (and leave) the room once through `node`: with no writer yet, it becomes the writer."""
-    import asyncio
-
-    from loadgen import open_member
-
-    async def join() -> None:
-        ws = await open_member(Target("qim", node.ws_url, room_id), token)
-        ws.abort()
-
-    asyncio.run(join())
 
 
 def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
@@ -327,13 +167,14 @@ def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
     backend = Backend("postgres", work_dir)
     try:
         db = backend.database("rooms2")
-        env = {**MSG_RATE_ENV, "QIM_REDIS_URL": redis.url}
-        a = start_node(db, work_dir, "room2-a", env)
+        env = {"QIM_REDIS_URL": redis.url}
+        a = start_node(db, work_dir, "room2-a", env, run_env=MSG_RATE_ENV)
         b = None
         try:
-            b = start_node(db, work_dir, "room2-b", env)
-            admin, tokens = qim_setup(a, n + 1, work_dir)
+            b = start_node(db, work_dir, "room2-b", env, run_env=MSG_RATE_ENV)
+            admin, tokens = qim_setup(a, max(n, BigPlan(plan).two_nodes) + 1, work_dir)
             create_room(a, admin, ROOM2)
+            create_room(a, admin, BIG_ROOM)
             halves = split(tokens[:n], 2)
             redis.reset_stats()
 
@@ -346,15 +187,19 @@ def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
             # The first ROOM_JOIN makes its node the writer: the sender's node, then the other.
             cases = [("max, 2 nodes", a, ROOM), ("max, 2 nodes, remote writer", b, ROOM2)]
             for case, writer, room in cases[:1] if plan.quick else cases:  # --quick skips the second
-                become_writer(writer, tokens[n], room)
+                become_writer(writer, tokens[-1], room)
                 parts = [(Target("qim", a.ws_url, room), halves[0]), (Target("qim", b.ws_url, room), halves[1])]
-                row = run_max("qim", [a.process.pid, b.process.pid], parts, Target("qim", a.ws_url, room), tokens[n],
+                row = run_max("qim", [a.process.pid, b.process.pid], parts, Target("qim", a.ws_url, room), tokens[-1],
                               plan, case=case, probe=probe)
                 per = row["per_room_msg"]
                 row.update({"nodes_with_members": 2, "layer_msgs_per_room_msg": per["layer_sent"],
                             "layer_received_per_room_msg": per["layer_received"],
                             "redis_zadd_per_room_msg": per["redis_zadd"]})
                 rows.append(row)
+            # The big room on the same nodes: room_msg_rate stays raised, which a sender at
+            # 20/s never meets; the outbound side (frame rate 10, merging) is at its defaults.
+            become_writer(a, tokens[-1], BIG_ROOM)
+            rows.append(two_nodes_big(plan, a, b, BIG_ROOM, tokens))
         finally:
             a.stop()
             if b is not None:
@@ -362,6 +207,16 @@ def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
     finally:
         backend.close()
 
+    try:
+        rows.append(two_nodes_tutorial(plan, work_dir, redis))
+    finally:
+        redis.stop()
+    return rows
+
+
+def two_nodes_tutorial(plan: Plan, work_dir: Path, redis: RedisServer) -> dict[str, Any]:
+    """The tutorial room on two daphne nodes over the same redis-server (QIM's nodes stopped)."""
+    n = plan.receivers
     redis.reset_stats(flush=True)  # QIM's nodes are stopped
     env = {"BENCH_REDIS_URL": redis.url}
     ta = start_tutorial(work_dir, "tutorial2-a", env)
@@ -386,13 +241,11 @@ def two_nodes(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         row.update({"nodes_with_members": 2, "layer_msgs_per_room_msg": round(per["layer_received"] / sends, 3),
                     "layer_received_per_room_msg": round(per["layer_received"] / sends, 3),
                     "redis_zadd_per_room_msg": round(per["redis_zadd"] / sends, 3)})
-        rows.append(row)
+        return row
     finally:
         ta.stop()
         if tb is not None:
             tb.stop()
-        redis.stop()
-    return rows
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -405,10 +258,9 @@ def main() -> None:
     parser.add_argument("--only", default="one_node,two_nodes", help="one_node, two_nodes")
     parser.add_argument("--profile", type=Path, help="py-spy each server during the max runs; raw stacks here")
     args = parser.parse_args()
-    global PROFILE_DIR
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-        PROFILE_DIR = args.profile
+        room_cases.PROFILE_DIR = args.profile
     plan = Plan(args.quick)
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -463,10 +315,13 @@ def main() -> None:
         "cross-node messages per room message <= nodes with members": bool(
             qim2 and qim2["layer_msgs_per_room_msg"] <= qim2["nodes_with_members"]),
     }
+    big_ratios, big_targets = report_big_rooms(rows)
+    ratios.update(big_ratios)
+    targets.update(big_targets)
     for tag, summary in PROFILES.items():
         print_summary(f"profile {tag}", summary)
     emit({"scenario": "room_fanout", "profiles": PROFILES, "quick": args.quick, "receivers": plan.receivers, "window": WINDOW,
-          "msg_rate_env": MSG_RATE_ENV, "throughput_env": THROUGHPUT_ENV, "seconds": round(time.monotonic() - started, 1),
+          "msg_rate_env": MSG_RATE_ENV, "throughput_env": THROUGHPUT_ENV, "unmerged_env": UNMERGED_ENV, "seconds": round(time.monotonic() - started, 1),
           "cases": rows, "ratios": ratios, "targets": targets})
 
 

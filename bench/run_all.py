@@ -27,7 +27,9 @@ BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 # name -> (seconds allowed full, seconds allowed --quick)
 SCRIPTS = {
-    "room_fanout": (540, 150),
+    # Issue 22 added the unmerged case and the big rooms (5 000 on one node, 10 000 on two;
+    # --quick 1 000 and 2 000): --quick took 173 s at load average 8-9 on the shared machine.
+    "room_fanout": (900, 180),
     "dm_isolation": (240, 120),
     "reaction_storm": (360, 120),
     "send_fanout": (180, 120),

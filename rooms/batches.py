@@ -44,12 +44,16 @@ class Batch:
     frame: TextFrame
 
 
-def encode_batches(meta: dict[str, Any], events: list[dict[str, Any]], cap: int) -> list[Batch]:
-    """`events` as ROOM_BATCH frames of at most `cap` bytes each, in order.
+def encode_batches(meta: dict[str, Any], events: list[dict[str, Any]], cap: int, max_events: int = 0) -> list[Batch]:
+    """`events` as ROOM_BATCH frames of at most `cap` bytes and (when > 0) `max_events`
+    events each, in order.
 
     The usual case is one encode and one frame, written to every member as it is; only a
     frame over the cap is cut, by the encoded size of each event.
     """
+    if 0 < max_events < len(events):
+        return [batch for first in range(0, len(events), max_events)
+                for batch in encode_batches(meta, events[first:first + max_events], cap)]
     data = codec.encode_bytes(batch_frame(meta, events))
     if len(data) <= cap or len(events) <= 1:
         if len(data) > cap:

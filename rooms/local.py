@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections import Counter, defaultdict, deque
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections import Counter, defaultdict
+from typing import Any
 
 from django.conf import settings
 
@@ -29,14 +27,13 @@ from qim.background import spawn
 from qim.conf import limit
 from qim.gateway.connection import Connection
 from qim.gateway.foreground import ForegroundWork
-from qim.gateway.wire import TextFrame, outbound_frame_cap
-from rooms.batches import Batch, encode_batches
+from qim.gateway.wire import DIRECT, QUEUED, TextFrame
+from rooms.batches import Batch
+from rooms.budget import RATE_SLACK, FrameBudget
+from rooms.local_room import Held, LocalRoom, room_batches
 
 logger = logging.getLogger(__name__)
 
-# Slack so that timer and delivery jitter (up to a quarter second on a loaded 2-core machine)
-# can never squeeze rate + 1 frames into one second as the client sees them.
-RATE_SLACK = 1.25
 # How long a room's tick writes to sockets before it lets the loop run other work (a direct
 # write is one send() of 20-60 us on loopback: a 500-member tick takes about 10 ms,
 # docs/performance.md).
@@ -53,58 +50,20 @@ TICK_YIELDS = 4
 TICK_GIVE_WAY_S = 0.02
 
 
-class Held(NamedTuple):
-    """A room's events deferred for one connection, the room head to send them under, and
-    their encoded size (what QIM_MAX_OUTBOUND_BUFFER_BYTES bounds)."""
-
-    meta: dict[str, Any]
-    events: list[dict[str, Any]]
-    size: int
-
-    @classmethod
-    def of(cls, meta: dict[str, Any], batches: list[Batch]) -> "Held":
-        return cls(meta, [event for batch in batches for event in batch.events], sum(b.frame.size for b in batches))
-
-
-@dataclass(eq=False)
-class LocalRoom:
-    key: str
-    tenant_id: int
-    room_id: str
-    members: set[Connection] = field(default_factory=set)
-    # Connections whose join is being answered: live events wait here until the reply is out.
-    joining: dict[Connection, list[dict[str, Any]]] = field(default_factory=dict)
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    # Members just joined: the room_seq their join reply and hand-over reached. Events up to
-    # it may still wait in `pending` (they arrived before or during the join); the next
-    # flush leaves those out for them.
-    live_after: dict[Connection, int] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    last_flush: float = 0.0
-    flush_task: asyncio.TimerHandle | None = None
-    reported_holder: str | None = None
-    reported_at: float = 0.0
-    # The newest room_epoch this node has seen for the room (batches and join replies):
-    # batches of an older epoch come from a writer that lost its lease and are dropped here,
-    # so no member gets an old epoch's event after a newer one's (fencing, §1.2).
-    epoch: int = 0
-
-    @property
-    def count(self) -> int:
-        return len(self.members) + len(self.joining)
-
-
 class LocalRooms:
     def __init__(self, foreground: ForegroundWork, counters: Counter[str]) -> None:
         self.foreground = foreground
         self.counters = counters
         self.rooms: dict[str, LocalRoom] = {}
-        self._sent_at: dict[Connection, deque[float]] = defaultdict(deque)
+        self.budget = FrameBudget()
         self._deferred: dict[Connection, dict[str, Held]] = defaultdict(dict)
         self._deferred_timer: dict[Connection, asyncio.TimerHandle] = {}
         # Connections closed for holding too much, until their disconnect.
         self._dropped: set[Connection] = set()
         self.frames_pushed = 0
+        # Frames a tick wrote straight to the socket, by how (wire.DIRECT, wire.QUEUED),
+        # added to the node's counters once per tick.
+        self._written = [0, 0, 0]
 
     @property
     def interval(self) -> float:
@@ -121,7 +80,7 @@ class LocalRooms:
             self.rooms.pop(room.key, None)
 
     def forget_connection(self, conn: Connection) -> None:
-        self._sent_at.pop(conn, None)
+        self.budget.forget(conn)
         self._dropped.discard(conn)
         self._forget_deferred(conn)
 
@@ -154,8 +113,19 @@ class LocalRooms:
         return True
 
     def _schedule_flush(self, room: LocalRoom) -> None:
-        delay = max(0.0, room.last_flush + self.interval - time.monotonic())
+        delay = max(0.0, room.next_due - time.monotonic())
         room.flush_task = asyncio.get_running_loop().call_later(delay, self._flush_soon, room)
+
+    def next_due(self, started: float, ended: float) -> float:
+        """When a room's next tick may start: `interval` after this one started, so that a
+        big room's tick time does not add to every event's wait (issue 22: 5 000 members),
+        plus a cap-th of its duration, so that a member written late in one tick and early in
+        a later one still gets at most cap frames in RATE_SLACK seconds (the budget defers
+        the one over, at a cost to it); and at least half an interval after it ended, so
+        that a tick longer than the interval is not followed at once by ticks of one event
+        each (the collapse found on 2026-12-02, docs/performance.md)."""
+        took = ended - started
+        return max(started + self.interval + took / self.budget.cap(), ended + self.interval / 2)
 
     def _flush_soon(self, room: LocalRoom) -> None:
         spawn(self.flush(room), name="qim-room-tick")
@@ -165,13 +135,12 @@ class LocalRooms:
         set until the tick ends, so that ticks of one room never overlap (they would reorder
         events on the sockets a yielding tick has not reached yet)."""
         events, room.pending = room.pending, []
+        started = time.monotonic()
         try:
             if events and room.members:
                 await self._write_tick(room, events)
         finally:
-            # The next tick counts from the end of this one: a flush to many sockets that takes
-            # longer than the interval must not make every following flush carry one event.
-            room.last_flush = time.monotonic()
+            room.next_due = self.next_due(started, time.monotonic())
             room.flush_task = None
             if room.pending:
                 self._schedule_flush(room)
@@ -180,26 +149,66 @@ class LocalRooms:
 
     async def _write_tick(self, room: LocalRoom, events: list[dict[str, Any]]) -> None:
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
-        batches = encode_batches(room.meta, events, outbound_frame_cap())
-        single = batches[0].frame if len(batches) == 1 else None
+        batches = room_batches(room.meta, events)
+        frames = [batch.frame for batch in batches]
+        cap, max_buffered = self.budget.cap(), settings.QIM_MAX_OUTBOUND_BUFFER_BYTES
         give_way = TICK_GIVE_WAY_S
-        slice_ends = 0.0
-        for conn in list(room.members):
-            if time.perf_counter() > slice_ends:
-                # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
-                # big room's tick at most, not for all of it, and a conversation frame being
-                # handled not even that (design C-3: isolation on one node).
-                if slice_ends:
-                    for _ in range(TICK_YIELDS):
-                        await asyncio.sleep(0)
-                give_way -= await self._give_way(give_way)
-                slice_ends = time.perf_counter() + TICK_SLICE_S
-            if room.live_after and conn in room.live_after:
-                await self._deliver_after(conn, room, events, room.live_after.pop(conn))
-            elif single is not None and room.key not in self._deferred.get(conn, ()) and self._within_budget(conn):
-                await self._push(conn, single)
-            else:
-                await self._deliver(conn, room.key, room.meta, batches)
+        slice_ends = now = 0.0
+        try:
+            for conn in list(room.members):
+                if time.perf_counter() > slice_ends:
+                    # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
+                    # big room's tick at most, not for all of it, and a conversation frame being
+                    # handled not even that (design C-3: isolation on one node).
+                    if slice_ends:
+                        for _ in range(TICK_YIELDS):
+                            await asyncio.sleep(0)
+                    give_way -= await self._give_way(give_way)
+                    slice_ends = time.perf_counter() + TICK_SLICE_S
+                    # The budget counts a slice's frames as sent when it began: at most a
+                    # millisecond early, against a window of RATE_SLACK seconds.
+                    now = time.monotonic()
+                if room.live_after and conn in room.live_after:
+                    await self._deliver_after(conn, room, events, room.live_after.pop(conn))
+                    continue
+                done = self._write_now(conn, room.key, frames, cap, now, max_buffered)
+                if done < 0:
+                    await self._deliver(conn, room.key, room.meta, batches)
+                else:
+                    for frame in frames[done:]:
+                        await self._write(conn, frame)
+        finally:
+            self._tally_written()
+
+    def _write_now(self, conn: Connection, key: str, frames: list[TextFrame], cap: int, now: float,
+                   max_buffered: int) -> int:
+        """A tick's usual member, without a coroutine (issue 22: the per-frame cost): nothing of
+        the room deferred for it and budget for all `frames`, counted here. Answers how many
+        the socket took at once (the rest go through `_write`, in order), or -1 when the
+        budget or deferred events decide (`_deliver`)."""
+        deferred = self._deferred
+        if deferred and key in deferred.get(conn, ()):
+            return -1
+        if not self.budget.take(conn, len(frames), cap, now):
+            return -1
+        self.frames_pushed += len(frames)
+        write_now = conn.write_now
+        if write_now is None:
+            return 0
+        written = self._written
+        for done, frame in enumerate(frames):
+            how = write_now(frame, max_buffered)
+            if not how:
+                return done
+            written[how] += 1
+        return len(frames)
+
+    def _tally_written(self) -> None:
+        direct, queued = self._written[DIRECT], self._written[QUEUED]
+        if direct or queued:
+            self.counters["frames_written_direct"] += direct
+            self.counters["frames_written_queued"] += queued
+            self._written = [0, 0, 0]
 
     async def _give_way(self, at_most: float) -> float:
         waited = await self.foreground.quiet(at_most)
@@ -208,21 +217,10 @@ class LocalRooms:
             self.counters["room_tick_gave_way_us"] += round(waited * 1e6)
         return waited
 
-    # --- the per-connection budget -----------------------------------------------------------
-
-    def _budget_left(self, conn: Connection) -> int:
-        """Frames this connection may still get in the current second."""
-        sent = self._sent_at[conn]
-        horizon = time.monotonic() - RATE_SLACK
-        while sent and sent[0] <= horizon:
-            sent.popleft()
-        return max(0, math.ceil(limit("room_outbound_frame_rate")) - len(sent))
-
-    def _within_budget(self, conn: Connection) -> bool:
-        return self._budget_left(conn) > 0
+    # --- the per-connection budget (rooms/budget.py) -------------------------------------------
 
     def _count(self, conn: Connection, frames: int = 1) -> None:
-        self._sent_at[conn].extend([time.monotonic()] * frames)
+        self.budget.count(conn, frames)
         self.frames_pushed += frames
 
     async def _write(self, conn: Connection, text: str | TextFrame) -> None:
@@ -240,14 +238,14 @@ class LocalRooms:
         (encoded for it alone; it happens once per join, and only when events were pending)."""
         fresh = [event for event in events if event["room_seq"] > after]
         if fresh:
-            await self._deliver(conn, room.key, room.meta, encode_batches(room.meta, fresh, outbound_frame_cap()))
+            await self._deliver(conn, room.key, room.meta, room_batches(room.meta, fresh))
 
     async def _deliver(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
         """A room's frames while the budget allows, the rest deferred; all of them deferred
         while older events of the room wait for this connection (those go first). Planned
         and counted before the first write, so that a flush running meanwhile sees both."""
         waiting = self._deferred.get(conn)
-        left = 0 if waiting is not None and key in waiting else self._budget_left(conn)
+        left = 0 if waiting is not None and key in waiting else self.budget.left(conn)
         now, later = batches[:left], batches[left:]
         if later:
             self._defer(conn, key, meta, later)
@@ -278,7 +276,7 @@ class LocalRooms:
 
     def _arm_deferred(self, conn: Connection) -> None:
         """Flush the deferred frames when the oldest frame of the second leaves the budget."""
-        oldest = self._sent_at[conn][0] if self._sent_at[conn] else time.monotonic()
+        oldest = self.budget.oldest(conn) or time.monotonic()
         delay = max(0.0, oldest + RATE_SLACK - time.monotonic()) + 0.001
         self._deferred_timer[conn] = asyncio.get_running_loop().call_later(
             delay, lambda: spawn(self._flush_deferred(conn), name="qim-room-deferred")
@@ -291,12 +289,12 @@ class LocalRooms:
             self._deferred.pop(conn, None)
             return
         planned: list[TextFrame] = []
-        left = self._budget_left(conn)
+        left = self.budget.left(conn)
         for key in list(waiting):
             if left <= 0:
                 break
             meta, events, _ = waiting.pop(key)
-            batches = encode_batches(meta, events, outbound_frame_cap())
+            batches = room_batches(meta, events)
             planned += [batch.frame for batch in batches[:left]]
             # Listed again, at the end (rooms take turns), with what the budget refused: even
             # when that is nothing, a flush meanwhile must queue behind the frames planned here.
@@ -357,7 +355,7 @@ class LocalRooms:
             buffer.clear()
             if fresh:
                 reply_latest = fresh[-1]["room_seq"]
-                for batch in encode_batches(room.meta, fresh, outbound_frame_cap()):
+                for batch in room_batches(room.meta, fresh):
                     await self._push(conn, batch.frame)
         room.joining.pop(conn, None)
         room.members.add(conn)

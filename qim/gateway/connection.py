@@ -24,6 +24,11 @@ class Connection:
     client_version: str
     # A str, or a TextFrame framed once for many sockets (a room's batch).
     send_text: Callable[[str | TextFrame], Awaitable[None]]
+    # A frame framed once for many sockets, written at once when the socket's direct path
+    # takes it, without a coroutine (a room's tick, per member): answers wire.DIRECT or
+    # wire.QUEUED, or 0 when `send_text` must be awaited instead (it decides: autobahn, the
+    # 4429 close). The int is the most unread bytes the socket may hold. None: no such path.
+    write_now: Callable[[TextFrame, int], int] | None = None
     # Close the socket as too slow (4429), saying why in the log; the client reconnects and
     # heals by SYNC and room replay. None where there is no socket to close.
     drop_too_slow: Callable[[str], Awaitable[None]] | None = None

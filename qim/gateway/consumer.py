@@ -136,6 +136,13 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         except Disconnected:
             pass
 
+    def write_now(self, frame: TextFrame, max_buffered: int) -> int:
+        """A room tick's write without a coroutine (Connection.write_now): 0 sends it to
+        `send_text`, also for a socket being closed, which drops it there."""
+        if self._too_slow or self._revoked or self._socket is None:
+            return 0
+        return self._socket.write_now(frame, max_buffered)
+
     _too_slow = False
     _revoking = False  # a notice and the re-check may both close the socket: once is enough
     _revoked = False
@@ -327,6 +334,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             is_tenant_admin=identity.is_tenant_admin,
             client_version=frame.client_version,
             send_text=self.send_text,
+            write_now=self.write_now,
             drop_too_slow=self._drop_slow_socket,
             user=identity.user,
             token_digest=identity.token_digest,

@@ -29,6 +29,10 @@ from twisted.internet import tcp
 from qim.conf import limit
 
 OPCODE_TEXT_FIN = 0x81
+# How `DaphneSocket.write_now` wrote a frame (0: it did not; the caller takes the normal path).
+DIRECT, QUEUED = 1, 2
+STATE_OPEN = WebSocketProtocol.STATE_OPEN
+SEND_STATE_GROUND = WebSocketProtocol.SEND_STATE_GROUND
 
 
 def text_frame(text: str) -> bytes:
@@ -83,7 +87,7 @@ class TextFrame:
 class DaphneSocket:
     """The autobahn protocol and Twisted TCP transport under one daphne WebSocket."""
 
-    __slots__ = ("protocol", "transport", "max_payload")
+    __slots__ = ("protocol", "transport", "max_payload", "plain")
 
     # The message limit of this process's daphne (--websocket-max-message-size; one server
     # gives every socket the same), 0 until a socket was seen (outbound_frame_cap).
@@ -93,6 +97,9 @@ class DaphneSocket:
         self.protocol = protocol
         self.transport = transport
         self.max_payload: int = protocol.maxMessagePayloadSize
+        # Open with no compression, server masking or auto-fragmenting: found once, as none
+        # of them changes after the opening handshake.
+        self.plain = False
         DaphneSocket.process_max_payload = self.max_payload
 
     @classmethod
@@ -119,31 +126,51 @@ class DaphneSocket:
         """Whether `write` may take this frame; otherwise autobahn must (and decides)."""
         protocol, transport = self.protocol, self.transport
         return (
-            protocol.state == WebSocketProtocol.STATE_OPEN
-            and protocol.send_state == WebSocketProtocol.SEND_STATE_GROUND
+            protocol.state == STATE_OPEN
+            and protocol.send_state == SEND_STATE_GROUND
             and not protocol.send_queue
-            and protocol._perMessageCompress is None
-            and not protocol.maskServerFrames
-            and not protocol.autoFragmentSize
+            and (self.plain or self._plain())
             and not (0 < self.max_payload < frame.size)
             and transport.connected
             and not transport.disconnecting
             and not transport._writeDisconnected
         )
 
+    def _plain(self) -> bool:
+        protocol = self.protocol
+        self.plain = (
+            protocol.state == STATE_OPEN
+            and protocol._perMessageCompress is None
+            and not protocol.maskServerFrames
+            and not protocol.autoFragmentSize
+        )
+        return self.plain
+
     def write(self, frame: TextFrame) -> bool:
         """Write a frame `writable` accepted. Answers True when the kernel took all of it at
         once, False when (part of) it waits in Twisted's buffer."""
-        data = frame.data
+        return self._send(frame.data, self.buffered()) == DIRECT
+
+    def write_now(self, frame: TextFrame, max_buffered: int) -> int:
+        """`writable` and `write` in one call for a room's tick: DIRECT or QUEUED, or 0 when
+        the frame is not writable here or the socket holds more than `max_buffered` unread
+        bytes (the caller's normal path decides: autobahn, or the 4429 close)."""
         transport = self.transport
-        if not self.buffered():
+        buffered = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        if buffered > max_buffered or not self.writable(frame):
+            return 0
+        return self._send(frame.data, buffered)
+
+    def _send(self, data: bytes, buffered: int) -> int:
+        transport = self.transport
+        if not buffered:
             try:
                 sent = transport.socket.send(data)
             except OSError:
                 # EAGAIN, or a reset: Twisted's own doWrite meets the error and closes.
                 sent = 0
             if sent == len(data):
-                return True
+                return DIRECT
             data = data[sent:]
         transport.write(data)
-        return False
+        return QUEUED

@@ -57,3 +57,9 @@ QIM_MAX_INBOUND_FRAME_DEPTH = 32
 # they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
 # "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
 QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
+# Room pushes (rooms/local.py; docs/performance.md "Issue 22: per-frame cost and big rooms"):
+# the most events one pushed ROOM_BATCH carries; 0 (the default) merges everything a room's
+# tick holds into one frame. 1 pushes every event in a frame of its own (clients that want
+# one event per frame; the per-frame benchmark), still at most room_outbound_frame_rate
+# frames per connection: what the budget refuses waits, one event per frame still.
+QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)

@@ -1,0 +1,213 @@
+"""Issue 22, items 3 and 4: the per-frame cost with merging off, and big rooms.
+
+    python bench/big_rooms.py [--quick] [--only unmerged,one_node,two_nodes] [--profile DIR]
+
+- unmerged: one event per frame. QIM with room_outbound_frame_rate (UNMERGED_ENV) far above
+  the offered message rate, so every tick carries the one event that arrived since the last
+  (checked: events per frame 1.0, nothing lost), and raw websockets (`websockets.broadcast`)
+  under the same offered load and receivers. The figure is frames the receivers got per
+  CPU-second of the server (CPU from /proc over the whole case): what one written frame
+  costs each server, one for one.
+- big room, one node: 20 msg/s to 5 000 receivers (--quick: 1 000) at QIM's default limits.
+- big room, two nodes on Redis (PostgreSQL): 10 000 receivers (--quick: 2 000), half on each
+  node, the sender on the first.
+The big rooms' bounds: p99 <= 250 ms, nothing lost, at most room_outbound_frame_rate (10)
+frames to any connection in any wall-clock second. The receivers are lean processes
+(bench/lean_ws.py, a regex over the raw bytes) of about RECEIVERS_PER_PROCESS sockets each;
+their CPU is reported beside the server's (on 2 cores they compete).
+room_fanout.py runs these cases with its own; this script runs them alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import room_cases
+from common import Backend, RawWsServer, RedisServer, emit, print_table, start_node, work_directory
+from loadgen import Target
+from pyspy import print_summary
+from room_cases import MSG_RATE_ENV, PROFILES, ROOM, Plan, become_writer, qim_setup, run_drained, split
+
+# The frame rate far above any offered rate here: a tick is due at once when an event arrives
+# (the interval is 1.25 ms), and the per-connection budget (1 000 frames a second) never
+# defers; and at most one event per ROOM_BATCH, so that two events a tick finds together
+# (a sender that fell behind its schedule sends two at once) still go out as two frames.
+UNMERGED_FRAME_RATE = 1000
+UNMERGED_ENV = {**MSG_RATE_ENV, "QIM_ROOM_OUTBOUND_FRAME_RATE": str(UNMERGED_FRAME_RATE),
+                "QIM_ROOM_BATCH_MAX_EVENTS": "1"}
+BIG_RATE = 20.0
+FRAME_RATE = 10  # room_outbound_frame_rate's default, the big rooms' bound
+RECEIVERS_PER_PROCESS = 1700
+
+
+class BigPlan:
+    """Sizes: --quick keeps room_fanout.py --quick under two minutes."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.unmerged_receivers = 500 if plan.quick else 1000
+        # Offered frames per second: receivers x rate, 25 000 and 30 000, well below what
+        # either server can write, so that QIM never merges and neither saturates.
+        self.unmerged_rate = 50.0 if plan.quick else 30.0
+        self.one_node = 1000 if plan.quick else 5000
+        self.two_nodes = 2000 if plan.quick else 10000
+        self.seconds = plan.fixed_s
+
+
+def parts_for(target: Target, tokens: list) -> list[tuple[Target, list]]:
+    processes = max(1, math.ceil(len(tokens) / RECEIVERS_PER_PROCESS))
+    return [(target, part) for part in split(tokens, processes)]
+
+
+def unmerged(server: str, pids: list[int], target: Target, receivers: list, sender: Any, plan: Plan) -> dict[str, Any]:
+    """One event per frame at BigPlan.unmerged_rate; the server must run with UNMERGED_ENV (QIM)."""
+    big = BigPlan(plan)
+    row = run_drained(server, "unmerged", pids, parts_for(target, receivers[: big.unmerged_receivers]), target,
+                      [sender], "rate", {"rate": big.unmerged_rate, "seconds": plan.fixed_s}, plan)
+    row["one_event_per_frame"] = row["events_per_frame"] == 1.0 and row["lost"] == 0
+    return row
+
+
+def big_room(case: str, pids: list[int], parts: list[tuple[Target, list]], sender: Target, token: str,
+             plan: Plan) -> dict[str, Any]:
+    """BIG_RATE msg/s at the default limits to every receiver of `parts`."""
+    return run_drained("qim", case, pids, parts, sender, [token], "rate", {"rate": BIG_RATE, "seconds": plan.fixed_s},
+                       plan)
+
+
+def one_node_big(plan: Plan, node, tokens: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """The node runs at the default limits; tokens[-1] sends."""
+    size = BigPlan(plan).one_node
+    qim = Target("qim", node.ws_url, ROOM)
+    return big_room(f"big room, {size}", [node.process.pid], parts_for(qim, tokens[:size]), qim, tokens[-1], plan)
+
+
+def two_nodes_big(plan: Plan, a, b, room: str, tokens: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Half the receivers on each node (default limits); tokens[-1] sends through `a`."""
+    size = BigPlan(plan).two_nodes
+    halves = split(tokens[:size], 2)
+    parts = parts_for(Target("qim", a.ws_url, room), halves[0]) + parts_for(Target("qim", b.ws_url, room), halves[1])
+    return big_room(f"big room, {size}, 2 nodes", [a.process.pid, b.process.pid], parts, Target("qim", a.ws_url, room),
+                    tokens[-1], plan)
+
+
+def find(rows: list[dict[str, Any]], server: str, case: str) -> dict[str, Any]:
+    return next((r for r in rows if r["server"] == server and r["case"].startswith(case)), {})
+
+
+def report(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, bool]]:
+    """Print this module's table; answer its ratios and targets (JSON names of issue 22)."""
+    mine = [r for r in rows if r["case"] == "unmerged" or r["case"].startswith("big room")]
+    if not mine:
+        return {}, {}
+    print_table(
+        "Unmerged (one event per frame) and big rooms: frames/CPU-s = frames the receivers got per server CPU-second",
+        ["server", "case", "recv", "msg/s", "frames/conn/s", "ev/frame", "frames/CPU-s", "p50 ms", "p99 ms", "lost",
+         "max frames/s", "server CPU%", "clients CPU%", "connect s"],
+        [[r["server"], r["case"], r["receivers"], r["room_msgs_per_s"], r["frames_per_conn_s"], r["events_per_frame"],
+          r["frames_per_cpu_s"], r["p50_ms"], r["p99_ms"], r["lost"], r["max_frames_per_conn_second"],
+          r["server_cpu_pct"], r["client_cpu_pct"], r["connect_s"]] for r in mine],
+    )
+    qim, raw = find(rows, "qim", "unmerged"), find(rows, "raw_websockets", "unmerged")
+    one = next((r for r in mine if r["case"].startswith("big room") and "2 nodes" not in r["case"]), {})
+    two = next((r for r in mine if r["case"].endswith("2 nodes")), {})
+    per_cpu = (qim.get("frames_per_cpu_s"), raw.get("frames_per_cpu_s"))
+    ratios = {
+        "unmerged_frames_per_cpu_vs_raw": round(per_cpu[0] / per_cpu[1], 2) if all(per_cpu) else None,
+        "room_5000_p99_ms": one.get("p99_ms"), "room_10000_two_nodes_p99_ms": two.get("p99_ms"),
+        "room_5000_receivers": one.get("receivers"), "room_10000_two_nodes_receivers": two.get("receivers"),
+    }
+    targets: dict[str, bool] = {}
+    if qim and raw:
+        targets["unmerged_frames_per_cpu_vs_raw >= 1.0"] = bool(ratios["unmerged_frames_per_cpu_vs_raw"]
+                                                                and ratios["unmerged_frames_per_cpu_vs_raw"] >= 1.0)
+        targets["unmerged: one event per frame, nothing lost (frame rate = message rate)"] = bool(
+            qim["one_event_per_frame"] and raw["one_event_per_frame"])
+    for name, row in (("room_5000", one), ("room_10000_two_nodes", two)):
+        if row:
+            targets[f"{name}_p99_ms <= 250"] = bool(row["p99_ms"] is not None and row["p99_ms"] <= 250)
+            targets[f"{name} nothing lost"] = row["lost"] == 0
+            targets[f"{name} frames per connection per second <= room_outbound_frame_rate ({FRAME_RATE})"] = (
+                row["max_frames_per_conn_second"] <= FRAME_RATE)
+    return ratios, targets
+
+
+# --- alone -----------------------------------------------------------------------------------
+
+
+def run_one_node(plan: Plan, work_dir: Path, only: str) -> list[dict[str, Any]]:
+    big = BigPlan(plan)
+    rows: list[dict[str, Any]] = []
+    backend = Backend("sqlite", work_dir)
+    node = start_node(backend.database("big"), work_dir, "big-a", run_env=UNMERGED_ENV)
+    try:
+        _, tokens = qim_setup(node, max(big.one_node, big.unmerged_receivers) + 1, work_dir)
+        qim = Target("qim", node.ws_url, ROOM)
+        if "unmerged" in only:
+            rows.append(unmerged("qim", [node.process.pid], qim, tokens, tokens[-1], plan))
+        if "one_node" in only:
+            node.stop()
+            node.start()
+            rows.append(one_node_big(plan, node, tokens))
+    finally:
+        node.stop()
+        backend.close()
+    if "unmerged" in only:
+        raw = RawWsServer(work_dir).start()
+        try:
+            target = Target("raw", raw.ws_url)
+            rows.append(unmerged("raw_websockets", [raw.process.pid], target, [None] * big.unmerged_receivers, None, plan))
+        finally:
+            raw.stop()
+    return rows
+
+
+def run_two_nodes(plan: Plan, work_dir: Path) -> dict[str, Any]:
+    redis = RedisServer(work_dir).start()
+    backend = Backend("postgres", work_dir)
+    a = b = None
+    try:
+        db = backend.database("big2")
+        env = {"QIM_REDIS_URL": redis.url}
+        a = start_node(db, work_dir, "big2-a", env)
+        b = start_node(db, work_dir, "big2-b", env)
+        _, tokens = qim_setup(a, BigPlan(plan).two_nodes + 1, work_dir)
+        become_writer(a, tokens[-1], ROOM)
+        return two_nodes_big(plan, a, b, ROOM, tokens)
+    finally:
+        for node in (a, b):
+            if node is not None:
+                node.stop()
+        backend.close()
+        redis.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller big rooms (1 000, 2 000), shorter runs")
+    parser.add_argument("--only", default="unmerged,one_node,two_nodes", help="unmerged, one_node, two_nodes")
+    parser.add_argument("--profile", type=Path, help="py-spy each server during the fixed-rate runs; raw stacks here")
+    args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        room_cases.PROFILE_DIR = args.profile
+    plan = Plan(args.quick)
+    started = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    with work_directory() as work_dir:
+        if "unmerged" in args.only or "one_node" in args.only:
+            rows += run_one_node(plan, work_dir, args.only)
+        if "two_nodes" in args.only:
+            rows.append(run_two_nodes(plan, work_dir))
+    ratios, targets = report(rows)
+    for tag, summary in PROFILES.items():
+        print_summary(f"profile {tag}", summary)
+    emit({"scenario": "big_rooms", "profiles": PROFILES, "quick": args.quick, "unmerged_env": UNMERGED_ENV,
+          "seconds": round(time.monotonic() - started, 1), "cases": rows, "ratios": ratios, "targets": targets})
+
+
+if __name__ == "__main__":
+    main()
