@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import resource
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -37,6 +38,7 @@ from common import (
     work_directory,
 )
 from idle_members import ROOM_MEMBERS, WATCHED_PER_CONNECTION, create_rooms, open_all_idle, plan
+from pyspy import Sampler, print_summary, summarize as summarize_profile
 from loadgen import Target, _ctx, _get_while_alive, open_all, wait_event
 
 CLIENT_PROCESSES = 4
@@ -75,6 +77,9 @@ def rss(pid: int) -> int:
     return psutil.Process(pid).memory_info().rss
 
 
+PROFILE: dict[str, Any] = {"dir": None, "summaries": {}}
+
+
 def hold(server: str, pid: int, target: Target, tokens: list, processes: int) -> dict[str, Any]:
     """Warm up with a few connections, then connect all `tokens` and measure."""
     ctx = _ctx()
@@ -102,9 +107,12 @@ def hold(server: str, pid: int, target: Target, tokens: list, processes: int) ->
             raise RuntimeError(f"{server}: {errors[0]}")
         time.sleep(SETTLE_S)
         after = rss(pid)
+        sampler = Sampler(pid, IDLE_S, PROFILE["dir"] / f"connections-{server}.txt") if PROFILE["dir"] else None
         idle_cpu = CpuMeter([pid])
         time.sleep(IDLE_S)
         idle = idle_cpu.read()
+        if sampler is not None and (path := sampler.wait()) is not None:
+            PROFILE["summaries"][server] = summarize_profile(path)
     finally:
         stop.set()
         for proc in procs:
@@ -166,7 +174,11 @@ def main() -> None:
     parser.add_argument("--servers", default="qim,tutorial,raw_websockets")
     parser.add_argument("--asgi-server", default="daphne", choices=["daphne", "uvicorn"],
                         help="what serves QIM (daphne is the supported server)")
+    parser.add_argument("--profile", type=Path, help="py-spy each server while idle; raw stacks here")
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE["dir"] = args.profile
     wanted = args.connections or (2_000 if args.quick else 18_000)
     limit = raise_nofile()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -193,6 +205,8 @@ def report(args, rows: list[dict[str, Any]], n: int, wanted: int, hard: int, lim
         [[r["server"], r["connections"], r["connect_s"], r["connections_per_s"], r["rss_before_mib"], r["rss_after_mib"],
           r["kib_per_connection"], r["server_cpu_connecting_pct"], r["server_cpu_idle_pct"]] for r in rows],
     )
+    for server, summary in PROFILE["summaries"].items():
+        print_summary(f"profile of {server} while idle", summary)
     by = {r["server"]: r for r in rows}
     qim = next((r for r in rows if r["server"].startswith("qim")), {})
     ratios: dict[str, float] = {}

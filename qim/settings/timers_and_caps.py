@@ -51,3 +51,11 @@ QIM_MAX_INBOUND_FRAME_BYTES = 64 * 1024
 # Frames nested deeper than this (arrays and objects, payload included) get ERROR bad_frame:
 # decoding and encoding recurse once per level (qim/gateway/inbound.py).
 QIM_MAX_INBOUND_FRAME_DEPTH = 32
+# WebSocket keepalive (qim/gateway/daphne_timers.py, docs/performance.md "Issue 22: density and
+# idle cost"): an idle socket is pinged after this many seconds without a frame from its
+# client, and closed when the pong does not come within daphne's --ping-timeout. Each ping
+# costs the node a write and a pong to parse (about 0.1 ms here), so daphne's 20 s kept a
+# node with 18 000 idle sockets at several percent of a core; at 300 s it is a few tenths.
+# A client that vanished without closing is seen offline within this + the ping timeout.
+# 0: daphne's own --ping-interval.
+QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=300.0)
