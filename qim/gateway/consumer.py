@@ -23,6 +23,7 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.db_outage import is_database_unavailable
+from qim.gateway.handshake import release_handshake
 from qim.gateway.errors import error_frame, outage_frame, refusal_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
@@ -91,6 +92,8 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self.accept()
         metrics.count_socket_accepted()
         self._socket = DaphneSocket.under(self.base_send)
+        # The Origin was checked before this consumer ran; nothing reads the headers again.
+        release_handshake(self.base_send, self.scope)
         self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
 
     async def _close_unless_authenticated(self) -> None:
@@ -282,6 +285,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             return
         if self._auth_timer is not None:
             self._auth_timer.cancel()
+            self._auth_timer = None  # not kept, with its coroutine, for the socket's life
         self.conn = self._connection_of(identity, frame)
         bind_connection(self.conn)
         if await self._register_or_refuse(frame):

@@ -3,6 +3,7 @@ daphne 4's application_checker and timeout_checker, over the due protocols only.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from asyncio import CancelledError
@@ -13,6 +14,7 @@ from typing import Any
 from qim.gateway.daphne_timers import TICK_S, next_check_at, timers_of
 
 logger = logging.getLogger("daphne.server")
+NO_CONTEXT = contextvars.Context()
 
 
 def patch(server_class: Any) -> None:
@@ -31,7 +33,8 @@ def patch(server_class: Any) -> None:
         queue = create_application(self, protocol, scope)
         instance = self.connections.get(protocol, {}).get("application_instance")
         if instance is not None:
-            instance.add_done_callback(partial(timers_of(self).mark, protocol))
+            # An empty context, shared: not a copy of the current one per connection.
+            instance.add_done_callback(partial(timers_of(self).mark, protocol), context=NO_CONTEXT)
         return queue
 
     server_class.protocol_connected = protocol_connected
