@@ -13,7 +13,7 @@ from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
-from qim.gateway.daphne_timers import install as install_daphne_timers  # noqa: E402
+from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.origin import QimOriginValidator  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
 from qim.recovery import RecoverOnStart  # noqa: E402

@@ -17,6 +17,19 @@ logger = logging.getLogger("daphne.server")
 NO_CONTEXT = contextvars.Context()
 
 
+def install() -> bool:
+    """Patch daphne's Server; answers whether it did (False: no daphne, or done before)."""
+    try:
+        from daphne.server import Server
+    except ImportError:
+        return False
+    if getattr(Server, "_qim_timers_installed", False):
+        return False
+    patch(Server)
+    Server._qim_timers_installed = True
+    return True
+
+
 def patch(server_class: Any) -> None:
     connected, disconnected = server_class.protocol_connected, server_class.protocol_disconnected
     create_application = server_class.create_application

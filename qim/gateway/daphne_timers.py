@@ -9,8 +9,8 @@ application checker visits only the protocols that disconnected or whose applica
 (both say so as they happen), and the timeout checker keeps each protocol in a heap under the
 moment its next check is due, so a tick costs what is due, not what is connected. What each
 check does is daphne's own `check_timeouts`, unchanged; only when it runs moves (never later
-than daphne's 2-second tick would have run it). Installed by qim/asgi.py; a no-op without
-daphne or when already installed.
+than daphne's 2-second tick would have run it). The checkers themselves are in
+qim/gateway/daphne_checks.py, installed by qim/asgi.py.
 """
 
 from __future__ import annotations
@@ -72,17 +72,3 @@ def timers_of(server: Any) -> ConnectionTimers:
         timers = server._qim_timers = ConnectionTimers()
     return timers
 
-
-def install() -> bool:
-    """Patch daphne's Server; answers whether it did (False: no daphne, or done before)."""
-    try:
-        from daphne.server import Server
-    except ImportError:
-        return False
-    if getattr(Server, "_qim_timers_installed", False):
-        return False
-    from qim.gateway import daphne_checks
-
-    daphne_checks.patch(Server)
-    Server._qim_timers_installed = True
-    return True
