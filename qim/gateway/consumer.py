@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 from autobahn.exception import Disconnected
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from ulid import ULID
@@ -76,9 +77,21 @@ class GatewayConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
         # An exception can skip websocket_disconnect: the index must be cleaned regardless.
         try:
-            await super().__call__(scope, receive, send)
+            await self._serve(scope, receive, send)
         finally:
             await self._cleanup()
+
+    async def _serve(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        """Channels' AsyncConsumer.__call__ without a channel layer (none here) and without a
+        task per receive (an idle socket kept one; docs/performance.md, issue 22): in order."""
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        try:
+            while True:
+                await self.dispatch(await receive())
+        except StopConsumer:
+            pass
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch hops to a thread to close stale DB connections before every
@@ -92,7 +105,6 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self.accept()
         metrics.count_socket_accepted()
         self._socket = DaphneSocket.under(self.base_send)
-        # The Origin was checked before this consumer ran; nothing reads the headers again.
         release_handshake(self.base_send, self.scope)
         self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
 

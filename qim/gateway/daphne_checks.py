@@ -3,6 +3,7 @@ daphne 4's application_checker and timeout_checker, over the due protocols only.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import time
@@ -11,6 +12,7 @@ from concurrent.futures import CancelledError as FutureCancelledError
 from functools import partial
 from typing import Any
 
+from qim.gateway.lean_queue import LeanQueue
 from qim.gateway.daphne_timers import TICK_S, next_check_at, timers_of
 
 logger = logging.getLogger("daphne.server")
@@ -32,7 +34,6 @@ def install() -> bool:
 
 def patch(server_class: Any) -> None:
     connected, disconnected = server_class.protocol_connected, server_class.protocol_disconnected
-    create_application = server_class.create_application
 
     def protocol_connected(self: Any, protocol: Any) -> None:
         connected(self, protocol)
@@ -42,19 +43,28 @@ def patch(server_class: Any) -> None:
         disconnected(self, protocol)
         timers_of(self).mark(protocol)
 
-    def create_application_marked(self: Any, protocol: Any, scope: dict) -> Any:
-        queue = create_application(self, protocol, scope)
-        instance = self.connections.get(protocol, {}).get("application_instance")
-        if instance is not None:
-            # An empty context, shared: not a copy of the current one per connection.
-            instance.add_done_callback(partial(timers_of(self).mark, protocol), context=NO_CONTEXT)
-        return queue
-
     server_class.protocol_connected = protocol_connected
     server_class.protocol_disconnected = protocol_disconnected
-    server_class.create_application = create_application_marked
+    server_class.create_application = create_application
     server_class.application_checker = application_checker
     server_class.timeout_checker = timeout_checker
+
+
+def create_application(self: Any, protocol: Any, scope: dict) -> LeanQueue | None:
+    """Daphne 4's create_application with a LeanQueue for asyncio.Queue, and the finished
+    application marked for the checker."""
+    assert "application_instance" not in self.connections[protocol]
+    input_queue = LeanQueue()
+    scope.setdefault("asgi", {"version": "3.0"})
+    application_instance = self.application(scope=scope, receive=input_queue.get,
+                                            send=partial(self.handle_reply, protocol))
+    if protocol not in self.connections:
+        return None
+    instance = asyncio.ensure_future(application_instance, loop=asyncio.get_event_loop())
+    self.connections[protocol]["application_instance"] = instance
+    # An empty context, shared: not a copy of the current one per connection.
+    instance.add_done_callback(partial(timers_of(self).mark, protocol), context=NO_CONTEXT)
+    return input_queue
 
 
 def application_checker(self: Any) -> None:
