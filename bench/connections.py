@@ -128,12 +128,12 @@ def hold(server: str, pid: int, target: Target, tokens: list, processes: int) ->
     }
 
 
-def run_qim(work_dir, n: int, processes: int, asgi_server: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def run_qim(work_dir, n: int, processes: int, asgi_server: str, node_env: dict[str, str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Users, rooms of ROOM_MEMBERS, then N connections, each AUTH + ROOM_JOIN + PRESENCE_SUB."""
     backend = Backend("sqlite", work_dir)
     node = None
     try:
-        node = start_node(backend.database("conns"), work_dir, "conns-a", {"QIM_AUTH_TIMEOUT_S": "120"},
+        node = start_node(backend.database("conns"), work_dir, "conns-a", {"QIM_AUTH_TIMEOUT_S": "120", **node_env},
                           asgi_server=asgi_server)
         admin = bootstrap(node)
         users = populate(node, n, work_dir / "conn-tokens.json")["users"]
@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--servers", default="qim,tutorial,raw_websockets")
     parser.add_argument("--asgi-server", default="daphne", choices=["daphne", "uvicorn"],
                         help="what serves QIM (daphne is the supported server)")
+    parser.add_argument("--node-env", action="append", default=[], help="NAME=VALUE for the QIM node")
     parser.add_argument("--profile", type=Path, help="py-spy each server while idle; raw stacks here")
     args = parser.parse_args()
     if args.profile:
@@ -188,7 +189,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with work_directory() as work_dir:
         if "qim" in args.servers:
-            rows.append(run_qim(work_dir, n, processes, args.asgi_server))
+            rows.append(run_qim(work_dir, n, processes, args.asgi_server, dict(e.split("=", 1) for e in args.node_env)))
         rows += run_baselines(work_dir, args.servers, n, processes)
     report(args, rows, n, wanted, hard, limit, processes, note)
 

@@ -90,13 +90,15 @@ def main() -> None:
                      for i in range(2)]
             for proc in procs:
                 proc.start()
-            for _ in procs:
-                _get_while_alive(ready, procs, 600)
+            answers = [_get_while_alive(ready, procs, 600) for _ in procs]
+            if errors := [a["error"] for a in answers if "error" in a]:
+                raise RuntimeError(f"a holder failed: {errors[0]}")
+            n = sum(a["connected"] for a in answers)
             time.sleep(3)
             rss_after = rss(node.process.pid)
             after, types_after = snapshot(node.process.pid, out, 2)
             stop.set()
-            print(f"RSS: {(rss_after - rss_before) / n / 1024:.2f} KiB per connection "
+            print(f"{n} connections. RSS: {(rss_after - rss_before) / n / 1024:.2f} KiB per connection "
                   f"(tracemalloc's own bookkeeping included: compare traced bytes)")
             report(before, after, types_before, types_after, n, args.top)
             for proc in [warm, *procs]:
