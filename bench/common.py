@@ -45,6 +45,7 @@ DAPHNE_WRAPPER = (
     "import resource, sys; "
     "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
     "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)); "
+    "import bench.memhook; bench.memhook.install(); "
     "sys.argv[0] = 'daphne'; "
     "from daphne.cli import CommandLineInterface; CommandLineInterface.entrypoint()"
 )

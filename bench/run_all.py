@@ -33,7 +33,7 @@ SCRIPTS = {
     "dm_isolation": (240, 120),
     "reaction_storm": (360, 120),
     "send_fanout": (180, 120),
-    "connections": (240, 120),
+    "connections": (480, 120),
     "push_senders": (300, 150),
     "reconnect_storm": (300, 110),
 }

@@ -13,6 +13,7 @@ from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
+from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.origin import QimOriginValidator  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
@@ -22,6 +23,10 @@ from qim.sqlite_checkpoints import take_over as take_over_sqlite_checkpoints  # 
 # On the embedded default the WAL is checkpointed by a thread of this process, not inside the
 # commit that happens to fill it (qim/sqlite_checkpoints.py).
 take_over_sqlite_checkpoints(settings.DATABASES["default"], settings.QIM_SQLITE_CHECKPOINT_INTERVAL_S)
+
+# Daphne's per-second walks over every connection, replaced by walks over the due ones
+# (qim/gateway/daphne_timers.py): an idle node's CPU no longer grows with its sockets.
+install_daphne_timers()
 
 # Twisted must not answer a malformed multipart body before Django sees it (qim/raw_bodies.py).
 hand_django_raw_bodies()

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's key for a user
 
 
-@dataclass(eq=False)
+# Slots: one per authenticated socket, so no per-instance __dict__ (docs/performance.md,
+# "Issue 22: density and idle cost").
+@dataclass(eq=False, slots=True)
 class Connection:
     connection_id: str
     tenant_id: int

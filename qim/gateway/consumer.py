@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 from autobahn.exception import Disconnected
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from ulid import ULID
@@ -22,6 +23,7 @@ from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.db_outage import is_database_unavailable
+from qim.gateway.handshake import release_handshake
 from qim.gateway.errors import error_frame, outage_frame, refusal_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
@@ -74,9 +76,21 @@ class GatewayConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
         # An exception can skip websocket_disconnect: the index must be cleaned regardless.
         try:
-            await super().__call__(scope, receive, send)
+            await self._serve(scope, receive, send)
         finally:
             await self._cleanup()
+
+    async def _serve(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        """Channels' AsyncConsumer.__call__ without a channel layer (none here) and without a
+        task per receive (an idle socket kept one; docs/performance.md, issue 22): in order."""
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        try:
+            while True:
+                await self.dispatch(await receive())
+        except StopConsumer:
+            pass
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch hops to a thread to close stale DB connections before every
@@ -90,6 +104,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self.accept()
         metrics.count_socket_accepted()
         self._socket = DaphneSocket.under(self.base_send)
+        release_handshake(self.base_send, self.scope)
         self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
 
     async def _close_unless_authenticated(self) -> None:
@@ -288,6 +303,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             return
         if self._auth_timer is not None:
             self._auth_timer.cancel()
+            self._auth_timer = None  # not kept, with its coroutine, for the socket's life
         self.conn = self._connection_of(identity, frame)
         bind_connection(self.conn)
         if await self._register_or_refuse(frame):

@@ -1,7 +1,13 @@
-"""autobahn pretty-prints its whole configuration for a debug line on every WebSocket it
-accepts, whether debug logging is on or not: pure-Python pprint, about 3 % of a node's time
-in a reconnect storm (docs/performance.md, "Issue 22: reconnect storms"). Its module's
-pformat becomes repr: the same content, one line, formatted in C."""
+"""What the WebSocket upgrade handshake costs beyond the handshake itself, cut.
+
+* autobahn pretty-prints its whole configuration for a debug line on every WebSocket it
+  accepts, whether debug logging is on or not: pure-Python pprint, about 3 % of a node's time
+  in a reconnect storm (docs/performance.md, "Issue 22: reconnect storms"). Its module's
+  pformat becomes repr: the same content, one line, formatted in C (`install`).
+* daphne and autobahn keep the handshake's request, parsed headers and raw bytes on the
+  protocol for the socket's whole life, about 2 KiB of an idle connection's memory
+  (docs/performance.md, "Issue 22: density and idle cost"); nothing reads them after the
+  handshake but daphne's access log, which wants the path only (`release_handshake`)."""
 
 from __future__ import annotations
 
@@ -17,3 +23,34 @@ def install() -> None:
     import autobahn.websocket.protocol as protocol
 
     protocol.pformat = _repr  # type: ignore[attr-defined]
+
+
+class RequestPath:
+    """What daphne's access log reads of `protocol.request` after the handshake."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+# Autobahn's handshake state: parsed and used while the handshake is processed only.
+AUTOBAHN_HANDSHAKE = ("http_headers", "http_request_data", "http_request_params", "http_response_data")
+
+
+def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
+    """Drop the handshake's leftovers from daphne's protocol under `send` (its ASGI send is
+    `partial(server.handle_reply, protocol)`) and the headers from the scope, which daphne's
+    protocol and every router's copy of the scope share. Whether there was a protocol."""
+    protocol = (getattr(send, "args", None) or (None,))[0]
+    request = getattr(protocol, "request", None)
+    if request is None or not hasattr(request, "path"):
+        return False
+    protocol.request = RequestPath(request.path)
+    for name in AUTOBAHN_HANDSHAKE:
+        if name in protocol.__dict__:
+            setattr(protocol, name, None)
+    headers = scope.get("headers")
+    if isinstance(headers, list):
+        headers.clear()  # the same list object daphne's clean_headers and each scope copy hold
+    return True

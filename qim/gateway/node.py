@@ -98,7 +98,7 @@ class ConnectionNode:
             except Exception:
                 logger.exception("joining node groups failed")
             try:
-                await self.directory.heartbeat(self.node_id, self.local_devices(), list(self.presence.watchers))
+                await self.directory.heartbeat(self.node_id, *self._renewed_entries())
             except Exception:
                 logger.exception("presence heartbeat failed")
             try:
@@ -106,6 +106,12 @@ class ConnectionNode:
             except Exception:
                 logger.exception("presence reconciliation failed")
             await asyncio.sleep(period)
+
+    def _renewed_entries(self) -> tuple[dict[UserKey, set[str]], list[UserKey]]:
+        """What the heartbeat renews: nothing for a directory without per-user expiry."""
+        if not getattr(self.directory, "renews_entries", True):
+            return {}, []
+        return self.local_devices(), list(self.presence.watchers)
 
     # --- the node-to-node path, calls, presence and fan-out (the parts' own modules) -------
 

@@ -22,6 +22,10 @@ from qim.redis_client import get_redis
 class PresenceDirectory(Protocol):
     """Where users are online, and which nodes watch whose presence."""
 
+    # Whether heartbeat() renews per-user entries: when not, the node does not build the
+    # list of its devices and watched users for it (O(connections) every heartbeat).
+    renews_entries: bool
+
     async def add(self, node_id: str, user: UserKey, device_id: str) -> None:
         """This node now holds at least one connection of `user` from `device_id`."""
 
@@ -60,6 +64,8 @@ class PresenceDirectory(Protocol):
 
 class MemoryPresenceDirectory:
     """Embedded default: one process holds every connection, so a dict is the truth."""
+
+    renews_entries = False
 
     def __init__(self) -> None:
         self._nodes_by_user: dict[UserKey, set[str]] = defaultdict(set)
@@ -141,6 +147,7 @@ class RedisPresenceDirectory:
     DEVICES = "qim:presence:device:"  # members "<node_id>|<device_id>"
     WATCHERS = "qim:presence:watch:"
     NODES = "qim:presence:nodes"
+    renews_entries = True
 
     def __init__(self, redis_factory, ttl_s: float) -> None:  # type: ignore[no-untyped-def]
         self._redis = redis_factory

@@ -63,3 +63,14 @@ QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
 # one event per frame; the per-frame benchmark), still at most room_outbound_frame_rate
 # frames per connection: what the budget refuses waits, one event per frame still.
 QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
+# WebSocket keepalive (qim/gateway/daphne_timers.py, docs/performance.md "Issue 22: density and
+# idle cost"): an idle socket is pinged after this many seconds without a frame from its
+# client, and closed when the pong does not come within daphne's --ping-timeout. Each ping
+# costs the node a write and a pong to parse (about 0.1 ms here): at 18 000 idle sockets,
+# 25 s is a few percent of a core, 300 s a few tenths. 25 s by default because what a user
+# sees depends on it: a client that vanished without closing (a phone losing its network)
+# is seen offline, and its messages pushed, within this + the ping timeout (about 55 s); and
+# the proxies and load balancers in front of nodes close sockets idle for 60 s by default
+# (nginx's proxy_read_timeout, cloud balancers), as do many mobile NATs. Raise it where none
+# of that applies. 0: daphne's own --ping-interval.
+QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=25.0)

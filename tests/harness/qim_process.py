@@ -167,6 +167,8 @@ class QimNode:
     starts: int = 0
     # The address daphne listens on; "0.0.0.0" lets a test reach it from a non-loopback one.
     bind: str = "127.0.0.1"
+    # More daphne options, e.g. ("--ping-interval", "1") for the keepalive tests.
+    daphne_args: tuple[str, ...] = ()
 
     @property
     def http_url(self) -> str:
@@ -192,6 +194,7 @@ class QimNode:
                 *daphne_listen(self.bind, self.port),
                 "--websocket-max-message-size", "1048576",
                 *self._access_log(env),
+                *self.daphne_args,
                 "qim.asgi:application",
             ],
             env=env,
