@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from send_baselines import COPY_BATCH, copy_baseline, raw_sql_baseline
 from pyspy import Sampler, print_summary, summarize as summarize_profile
 from common import (
@@ -130,6 +131,25 @@ def _delta(after: dict[str, int], before: dict[str, int], name: str) -> int:
     return after.get(name, 0) - before.get(name, 0)
 
 
+def make_groups(node, sizes: list[int], work_dir: Path) -> dict[int, str]:  # type: ignore[no-untyped-def]
+    """A group of the first N populated users per size. Groups of 1 000 and more by
+    `qim_populate` (users u000001.. are kept, so each call adds only the missing ones); the
+    smaller ones by u000001 through the REST API, which saves a manage.py start each."""
+    groups: dict[int, str] = {}
+    for size in sorted((s for s in sizes if s >= 1000), reverse=True) or [max(sizes)]:
+        groups[size] = populate(node, size, work_dir / f"tokens-{size}.json", group=f"g{size}", members=size)["group"]
+    users = list(json.loads((work_dir / f"tokens-{max(sizes)}.json").read_text())["users"].items())
+    for size in sizes:
+        if size not in groups:
+            answer = httpx.post(
+                f"{node.http_url}/api/v1/conversations", headers={"Authorization": f"Token {users[0][1]}"}, timeout=60,
+                json={"kind": "group", "title": f"g{size}", "member_user_ids": [u for u, _ in users[1:size]]},
+            )
+            answer.raise_for_status()
+            groups[size] = answer.json()["conversation_id"]
+    return groups
+
+
 def copy_case(backend: Backend, kind: str, size: int, seconds: float, quick: bool) -> dict[str, Any] | None:
     """The COPY baseline (send_baselines.copy_baseline) in a throwaway database; PostgreSQL only."""
     if kind != "postgres" or (quick and size < QUICK_COPY_MIN_SIZE):
@@ -161,10 +181,8 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
         node = start_node(db, work_dir, f"bench-{kind}", {"QIM_PER_USER_MSG_RATE": "100000"})
         try:
             admin_token = bootstrap(node)
-            groups = {}
-            for size in sorted(sizes):  # users u000001.. are kept: each call adds only the missing ones
-                tokens = populate(node, size, work_dir / f"tokens-{size}.json", group=f"g{size}", members=size)
-                groups[size] = tokens["group"]
+            groups = make_groups(node, sizes, work_dir)
+            tokens = json.loads((work_dir / f"tokens-{max(sizes)}.json").read_text())
             sender_tokens = list(tokens["users"].values())[:SENDERS]
             for size in sizes:
                 print(f"send_fanout: {kind} {size} members at {time.monotonic() - STARTED:.0f} s", file=sys.stderr)
