@@ -28,7 +28,7 @@ SCRIPTS = {
     "room_fanout": (540, 150),
     "dm_isolation": (240, 120),
     "reaction_storm": (360, 120),
-    "send_fanout": (300, 120),  # issue #22: 146 s full at load 2.5-4, --quick 68-108 s at load 4-9
+    "send_fanout": (300, 120),  # issue #22: full 146-171 s at load 2.5-7, --quick 68-108 s at load 4-9
     "connections": (240, 120),
     "push_senders": (300, 150),
 }
