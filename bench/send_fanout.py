@@ -10,9 +10,9 @@ The per-user message rate is raised for this run (QIM_PER_USER_MSG_RATE=100000):
 the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once,
 in a load process of their own (the `websockets` client, compression off: four sockets are no
 load). --quick runs 2 s per case instead of 5 s, without SQLite at 10 000 members and the COPY
-baseline below 1 000. --profile samples the server with
-py-spy during each case (raw stacks in DIR, a summary in the output). `ratios.send_vs_copy_1000`
-is QIM's mailbox rows/s over the COPY baseline's at 1 000 members on PostgreSQL (issue #22).
+baseline below 1 000. --profile samples the server with py-spy during each case (raw stacks in
+DIR, a summary in the output). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
+baseline's at 1 000 members on PostgreSQL (issue #22).
 """
 
 from __future__ import annotations
