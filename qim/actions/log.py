@@ -10,10 +10,9 @@ from django.db import connection
 
 from qim.actions.mailbox import (
     EntrySpec,
-    bump_badges,
+    bump_badges_finding_devices,
     enqueue_offline_pushes,
     event_push_parts,
-    push_capable_devices,
     write_mailbox_entries,
 )
 from qim.content_types import OWN_SEQ, TypePolicy
@@ -218,8 +217,7 @@ def _count_for_others(
     if not counted:
         return [0] * len(rows)
     increments = {pk: sum(1 for row, _ in counted if row.sender.pk != pk) for pk in recipients}
-    final_badges = bump_badges(increments, now_ms)
-    devices = push_capable_devices([pk for pk, by in increments.items() if by > 0])
+    final_badges, devices = bump_badges_finding_devices(increments, now_ms)
     with_credentials = {user_pk for _, user_pk, _ in devices}
     if not with_credentials:
         return [0] * len(rows)
