@@ -81,6 +81,10 @@ def plot_send_fanout(result: dict, fig) -> None:  # type: ignore[no-untyped-def]
         ax.plot([r["members"] for r in rows], [r["sends_per_s"] for r in rows], marker=marker, label=f"QIM {backend}")
         ax.plot([r["members"] for r in rows], [r["raw_sql_sends_per_s"] for r in rows], marker=marker, linestyle="--",
                 label=f"raw SQL {backend}")
+        copied = [r for r in rows if r.get("copy_sends_per_s")]
+        if copied:
+            ax.plot([r["members"] for r in copied], [r["copy_sends_per_s"] for r in copied], marker=marker,
+                    linestyle=":", label=f"COPY {backend}")
     ax.axhline(50, color="red", linewidth=0.8, linestyle=":", label="target 50/s (PostgreSQL, 1 000)")
     ax.set_xscale("log")
     ax.set_yscale("log")

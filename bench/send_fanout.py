@@ -1,15 +1,18 @@
-"""SEND throughput and mailbox rows/s to groups of 10 / 100 / 1 000 members, SQLite and
-PostgreSQL, against a baseline in the same run: the same rows written by raw SQL (one
-transaction per message: the log row plus one mailbox row per member), i.e. what the database
-itself can do without QIM around it.
+"""SEND throughput and mailbox rows/s to groups of 10 / 100 / 1 000 / 10 000 members, SQLite
+and PostgreSQL, against baselines in the same run: the same rows written by raw SQL (one
+transaction per message: the log row plus one mailbox row per member, by `executemany`), and
+on PostgreSQL what a SEND batch commits (log rows, mailbox rows, heads, badges) with one COPY
+per batch (bench/send_baselines.py), i.e. what the database itself can do without QIM around it.
 
-    python bench/send_fanout.py [--quick] [--backends sqlite,postgres] [--sizes 10,100,1000] [--profile DIR]
+    python bench/send_fanout.py [--quick] [--backends sqlite,postgres] [--sizes 10,100,1000,10000] [--profile DIR]
 
 The per-user message rate is raised for this run (QIM_PER_USER_MSG_RATE=100000): we measure
 the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once,
 in a load process of their own (the `websockets` client, compression off: four sockets are no
-load). --quick runs 2 s per case instead of 5 s, same sizes. --profile samples the server with
-py-spy during each case (raw stacks in DIR, a summary in the output).
+load). --quick runs 2 s per case instead of 5 s, without SQLite at 10 000 members and the COPY
+baseline below 1 000. --profile samples the server with py-spy during each case (raw stacks in
+DIR, a summary in the output). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
+baseline's at 1 000 members on PostgreSQL (issue #22).
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+from send_baselines import COPY_BATCH, copy_baseline, raw_sql_baseline
 from pyspy import Sampler, print_summary, summarize as summarize_profile
 from common import (
     Backend,
@@ -38,6 +43,11 @@ from common import (
 )
 
 SENDERS = 4
+# --quick stays under its 2 minutes: SQLite's 10 000-member case (two populations of 10 000
+# users and a 2 s SEND at 2 s a message) and the COPY baseline below 1 000 members run only
+# in full runs.
+QUICK_SQLITE_MAX_SIZE = 1000
+QUICK_COPY_MIN_SIZE = 1000
 
 
 def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds: float) -> dict[str, Any]:
@@ -79,46 +89,12 @@ def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds
     return {"acks": len(flat), "elapsed": elapsed, "latencies": flat}
 
 
-def raw_sql_baseline(kind: str, url: str, members: int, seconds: float) -> dict[str, Any]:
-    """The same rows per message through the database driver directly, one transaction each."""
-    if kind == "sqlite":
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        mark = "?"
-    else:
-        import psycopg
-
-        conn = psycopg.connect(url, autocommit=True)
-        mark = "%s"
-    conn.execute("CREATE TABLE IF NOT EXISTS bench_log (seq BIGINT PRIMARY KEY, payload TEXT)")
-    conn.execute("CREATE TABLE IF NOT EXISTS bench_mailbox (user_id BIGINT, mailbox_seq BIGINT, log_seq BIGINT, PRIMARY KEY (user_id, mailbox_seq))")
-    seq = 0
-    deadline = time.monotonic() + seconds
-    started = time.monotonic()
-    while time.monotonic() < deadline:
-        seq += 1
-        rows = [(user, seq, seq) for user in range(members)]
-        if kind == "sqlite":
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(f"INSERT INTO bench_log VALUES ({mark}, {mark})", (seq, "x" * 64))
-            conn.executemany(f"INSERT INTO bench_mailbox VALUES ({mark}, {mark}, {mark})", rows)
-            conn.execute("COMMIT")
-        else:
-            with conn.transaction():
-                conn.execute(f"INSERT INTO bench_log VALUES ({mark}, {mark})", (seq, "x" * 64))
-                with conn.cursor() as cur:
-                    cur.executemany(f"INSERT INTO bench_mailbox VALUES ({mark}, {mark}, {mark})", rows)
-    elapsed = time.monotonic() - started
-    conn.close()
-    return {"messages": seq, "elapsed": elapsed}
-
-
 def pg_url(db) -> str:  # type: ignore[no-untyped-def]
     return db.pg.url(db.dbname)
 
 
 PROFILES: dict[str, dict] = {}
+STARTED = time.monotonic()
 
 
 def database_pids(backend: Backend) -> list[int]:
@@ -155,7 +131,49 @@ def _delta(after: dict[str, int], before: dict[str, int], name: str) -> int:
     return after.get(name, 0) - before.get(name, 0)
 
 
-def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, profile_dir: Path | None = None) -> list[dict[str, Any]]:
+def make_groups(node, sizes: list[int], work_dir: Path) -> dict[int, str]:  # type: ignore[no-untyped-def]
+    """A group of the first N populated users per size. Groups of 1 000 and more by
+    `qim_populate` (users u000001.. are kept, so each call adds only the missing ones); the
+    smaller ones by u000001 through the REST API, which saves a manage.py start each."""
+    groups: dict[int, str] = {}
+    for size in sorted((s for s in sizes if s >= 1000), reverse=True) or [max(sizes)]:
+        groups[size] = populate(node, size, work_dir / f"tokens-{size}.json", group=f"g{size}", members=size)["group"]
+    users = list(json.loads((work_dir / f"tokens-{max(sizes)}.json").read_text())["users"].items())
+    for size in sizes:
+        if size not in groups:
+            answer = httpx.post(
+                f"{node.http_url}/api/v1/conversations", headers={"Authorization": f"Token {users[0][1]}"}, timeout=60,
+                json={"kind": "group", "title": f"g{size}", "member_user_ids": [u for u, _ in users[1:size]]},
+            )
+            answer.raise_for_status()
+            groups[size] = answer.json()["conversation_id"]
+    return groups
+
+
+def copy_case(backend: Backend, kind: str, size: int, seconds: float, quick: bool) -> dict[str, Any] | None:
+    """The COPY baseline (send_baselines.copy_baseline) in a throwaway database; PostgreSQL only."""
+    if kind != "postgres" or (quick and size < QUICK_COPY_MIN_SIZE):
+        return None
+    db = backend.database(f"copy_{size}")
+    settle(db)
+    out = run_in_processes(copy_baseline, [(pg_url(db), size, seconds)])[0]
+    drop(db)
+    return out
+
+
+def copy_columns(copied: dict[str, Any] | None, sends: float, size: int) -> dict[str, Any]:
+    """The COPY baseline's figures beside QIM's: mailbox rows/s, and QIM's rows/s over it."""
+    if copied is None:
+        return {"copy_sends_per_s": None, "copy_rows_per_s": None, "qim_vs_copy": None}
+    copy_sends = copied["messages"] / copied["elapsed"]
+    return {
+        "copy_sends_per_s": round(copy_sends, 1), "copy_rows_per_s": round(copy_sends * size),
+        "qim_vs_copy": round(sends / copy_sends, 3) if copy_sends else None,
+    }
+
+
+def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, profile_dir: Path | None = None,
+                quick: bool = False) -> list[dict[str, Any]]:
     backend = Backend(kind, work_dir)
     results = []
     try:
@@ -163,12 +181,11 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
         node = start_node(db, work_dir, f"bench-{kind}", {"QIM_PER_USER_MSG_RATE": "100000"})
         try:
             admin_token = bootstrap(node)
-            groups = {}
-            for size in sizes:
-                tokens = populate(node, max(sizes), work_dir / f"tokens-{size}.json", group=f"g{size}", members=size)
-                groups[size] = tokens["group"]
+            groups = make_groups(node, sizes, work_dir)
+            tokens = json.loads((work_dir / f"tokens-{max(sizes)}.json").read_text())
             sender_tokens = list(tokens["users"].values())[:SENDERS]
             for size in sizes:
+                print(f"send_fanout: {kind} {size} members at {time.monotonic() - STARTED:.0f} s", file=sys.stderr)
                 settle(db)
                 counters_before = node.stats(admin_token)["counters"]
                 meter = CpuMeter([node.process.pid])
@@ -187,6 +204,7 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
                 settle(baseline_db)
                 raw = run_in_processes(raw_sql_baseline, [(kind, url, size, seconds)])[0]
                 drop(baseline_db)
+                copied = copy_case(backend, kind, size, seconds, quick)
                 sends = out["acks"] / out["elapsed"]
                 raw_sends = raw["messages"] / raw["elapsed"]
                 results.append({
@@ -200,6 +218,7 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
                     "raw_sql_sends_per_s": round(raw_sends, 1),
                     "raw_sql_rows_per_s": round(raw_sends * size),
                     "qim_vs_raw_sql": round(sends / raw_sends, 3) if raw_sends else None,
+                    **copy_columns(copied, sends, size),
                 })
         finally:
             node.stop()
@@ -212,7 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 s per case instead of 5 s")
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--sizes", default="10,100,1000")
+    parser.add_argument("--sizes", default="10,100,1000,10000")
     parser.add_argument("--profile", type=Path, help="py-spy the server during each case; raw stacks here")
     args = parser.parse_args()
     if args.profile:
@@ -222,19 +241,26 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with work_directory() as work_dir:
         for kind in args.backends.split(","):
-            rows += run_backend(kind, sizes, seconds, work_dir, args.profile)
+            kind_sizes = [s for s in sizes if not (args.quick and kind == "sqlite" and s > QUICK_SQLITE_MAX_SIZE)]
+            rows += run_backend(kind, kind_sizes, seconds, work_dir, args.profile, args.quick)
     print_table(
-        f"SEND fan-out ({SENDERS} closed-loop senders, {seconds:g} s per case, 64-byte text)",
+        f"SEND fan-out ({SENDERS} closed-loop senders, {seconds:g} s per case, 64-byte text; "
+        f"COPY: {COPY_BATCH} messages per transaction)",
         ["backend", "members", "SEND/s", "mailbox rows/s", "SENDs/txn", "p50 ms", "p99 ms", "server CPU%",
-         "PostgreSQL CPU%", "raw SQL msg/s", "QIM/raw"],
+         "PostgreSQL CPU%", "raw SQL msg/s", "QIM/raw", "COPY rows/s", "QIM/COPY"],
         [[r["backend"], r["members"], r["sends_per_s"], r["mailbox_rows_per_s"], r["sends_per_transaction"],
           r["ack_p50_ms"], r["ack_p99_ms"],
           r["server_cpu_pct"], r["postgres_cpu_pct"] if r["postgres_cpu_pct"] is not None else "-",
-          r["raw_sql_sends_per_s"], r["qim_vs_raw_sql"]] for r in rows],
+          r["raw_sql_sends_per_s"], r["qim_vs_raw_sql"], r["copy_rows_per_s"] or "-", r["qim_vs_copy"] or "-"]
+         for r in rows],
     )
     ratios = {f"{r['backend']}_{r['members']}_qim_vs_raw_sql": r["qim_vs_raw_sql"] for r in rows}
+    ratios.update({f"postgres_{r['members']}_qim_vs_copy": r["qim_vs_copy"] for r in rows if r["qim_vs_copy"]})
     pg_1000 = next((r for r in rows if r["backend"] == "postgres" and r["members"] == 1000), None)
     targets = {"postgres_1000_sends_per_s >= 50": bool(pg_1000 and pg_1000["sends_per_s"] >= 50)}
+    if pg_1000 is not None:
+        ratios["send_vs_copy_1000"] = pg_1000["qim_vs_copy"]
+        targets["send_vs_copy_1000 >= 0.5"] = bool(pg_1000["qim_vs_copy"] and pg_1000["qim_vs_copy"] >= 0.5)
     for tag, summary in PROFILES.items():
         print_summary(f"profile {tag}", summary)
     emit({"scenario": "send_fanout", "quick": args.quick, "seconds_per_case": seconds, "cases": rows, "profiles": PROFILES,

@@ -6,17 +6,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db import connection
+
 from qim.actions.mailbox import (
     EntrySpec,
-    bump_badges,
+    bump_badges_finding_devices,
     enqueue_offline_pushes,
     event_push_parts,
-    push_capable_devices,
     write_mailbox_entries,
 )
 from qim.content_types import OWN_SEQ, TypePolicy
-from qim.models import Conversation, MessageRecord, PushTask, User, UserMailboxEntry
+from qim.models import Conversation, MembershipInterval, MessageRecord, PushTask, User, UserMailboxEntry
 from qim.notify import UserPush, push_on_commit
+from qim.queries.conversations import current_members
 from qim.queries.online import NOT_ASKED, OnlineDevices
 from qim.render import mailbox_event, message_object
 
@@ -24,6 +26,40 @@ from qim.render import mailbox_event, message_object
 def lock_conversation(conversation_id: str) -> Conversation:
     """Take the conversation's row lock: the seq allocator (SQLite: the IMMEDIATE write lock)."""
     return Conversation.objects.select_for_update().get(pk=conversation_id)
+
+
+def lock_with_members(conversation_id: str) -> tuple[Conversation, dict[int, str]]:
+    """lock_conversation and current_members (user pk -> user id); on PostgreSQL in one round
+    trip, the lock in a CTE and the members joined to it (issue #22).
+
+    The join reads the statement's snapshot, taken before a lock wait: a membership change
+    that committed while this waited would be missed. Every change of members appends to the
+    log under this lock (qim/actions/conversations.py), so the conversation's last_seq in
+    that snapshot (`seen_seq`) differs from the locked row's then, and the members are read
+    again after the lock. Raises Conversation.DoesNotExist."""
+    if connection.vendor != "postgresql":
+        conversation = lock_conversation(conversation_id)
+        return conversation, current_members(conversation.pk)
+    table = Conversation._meta.db_table
+    fields = [field.attname for field in Conversation._meta.concrete_fields]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH c AS (SELECT * FROM {table} WHERE id = %s FOR UPDATE) "
+            f"SELECT {', '.join(f'c.{name}' for name in fields)}, "
+            f"(SELECT last_seq FROM {table} WHERE id = %s), m.pks, m.ids FROM c "
+            "LEFT JOIN LATERAL (SELECT array_agg(i.user_id) AS pks, array_agg(u.username) AS ids "
+            f"FROM {MembershipInterval._meta.db_table} i JOIN {User._meta.db_table} u ON u.id = i.user_id "
+            "WHERE i.conversation_id = c.id AND i.left_at IS NULL) m ON true",
+            [conversation_id, conversation_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist(conversation_id)
+    *values, seen_seq, pks, ids = row
+    conversation = Conversation.from_db(connection.alias, fields, values)
+    if seen_seq != conversation.last_seq:
+        return conversation, current_members(conversation.pk)
+    return conversation, dict(zip(pks or (), ids or ()))
 
 
 @dataclass(frozen=True)
@@ -181,8 +217,7 @@ def _count_for_others(
     if not counted:
         return [0] * len(rows)
     increments = {pk: sum(1 for row, _ in counted if row.sender.pk != pk) for pk in recipients}
-    final_badges = bump_badges(increments, now_ms)
-    devices = push_capable_devices([pk for pk, by in increments.items() if by > 0])
+    final_badges, devices = bump_badges_finding_devices(increments, now_ms)
     with_credentials = {user_pk for _, user_pk, _ in devices}
     if not with_credentials:
         return [0] * len(rows)

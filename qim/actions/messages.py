@@ -12,12 +12,12 @@ from operator import or_
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from qim.actions.log import LogRow, append_rows_to_log, lock_conversation
+from qim.actions.log import LogRow, append_rows_to_log, lock_with_members
 from qim.clock import now_ms
 from qim.content_types import TypePolicy
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
-from qim.queries.conversations import access_conversation, current_members, require_current_member
+from qim.queries.conversations import access_conversation, require_current_member
 from qim.queries.online import NOT_ASKED, OnlineDevices, online_before_lock
 
 
@@ -163,10 +163,9 @@ def _write_sends(
 ) -> list[SendAck | Refused]:
     with transaction.atomic():
         try:
-            conversation = lock_conversation(conversation_id)
+            conversation, members = lock_with_members(conversation_id)
         except Conversation.DoesNotExist:
             return [Refused("not_found", "no such conversation") for _ in requests]
-        members = current_members(conversation.pk)
         outcomes: list[SendAck | Refused | None] = []
         accepted: list[SendRequest] = []
         for request in requests:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from tests.conftest import QimDeployment
 from tests.core.conversation_helpers import create_group, send_text
@@ -34,6 +35,15 @@ def badge(deployment: QimDeployment, persona: Persona) -> int:
 async def test_offline_devices_get_one_task_per_counted_message_online_ones_none(
     embedded: QimDeployment, acme: TenantHandle
 ) -> None:
+    await check_offline_pushes(embedded, acme)
+
+
+async def test_offline_pushes_and_badges_on_postgres(cluster: QimDeployment, cluster_acme: TenantHandle) -> None:
+    """PostgreSQL finds the devices in the badges' statement (bump_badges_finding_devices)."""
+    await check_offline_pushes(cluster, cluster_acme)
+
+
+async def check_offline_pushes(embedded: QimDeployment, acme: TenantHandle) -> None:
     alice, bob, carol, dave = (acme.persona(n) for n in ("alice", "bob", "carol", "dave"))
     register_push(bob, "phone")        # bob's phone: offline, with credentials
     register_push(bob, "tablet")       # bob's tablet: online, with credentials
@@ -60,7 +70,8 @@ async def test_offline_devices_get_one_task_per_counted_message_online_ones_none
         "SELECT payload FROM qim_pushtask WHERE user_id = (SELECT id FROM qim_user WHERE username = ?) ORDER BY id",
         (bob.user_id,),
     )
-    assert '"badge": 3' in payloads[-1][0].replace('"badge":3', '"badge": 3')
+    payload = payloads[-1][0] if isinstance(payloads[-1][0], str) else json.dumps(payloads[-1][0])  # PostgreSQL: jsonb
+    assert '"badge": 3' in payload.replace('"badge":3', '"badge": 3')
 
 
 async def test_push_credentials_only_for_your_own_devices(acme: TenantHandle) -> None:
