@@ -116,14 +116,15 @@ def report(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, bool]]
     mine = [r for r in rows if (r["case"] == "unmerged" or r["case"].startswith("big room")) and not r.get("failed")]
     if not mine and not failed:
         return {}, {}
-    print_table(
-        "Unmerged (one event per frame) and big rooms: frames/CPU-s = frames the receivers got per server CPU-second",
-        ["server", "case", "recv", "msg/s", "frames/conn/s", "ev/frame", "frames/CPU-s", "p50 ms", "p99 ms", "lost",
-         "max frames/s", "server CPU%", "clients CPU%", "connect s"],
-        [[r["server"], r["case"], r["receivers"], r["room_msgs_per_s"], r["frames_per_conn_s"], r["events_per_frame"],
-          r["frames_per_cpu_s"], r["p50_ms"], r["p99_ms"], r["lost"], r["max_frames_per_conn_second"],
-          r["server_cpu_pct"], r["client_cpu_pct"], r["connect_s"]] for r in mine],
-    )
+    if mine:  # a failed case has no figures: the FAILED line above stands for it
+        print_table(
+            "Unmerged (one event per frame) and big rooms: frames/CPU-s = frames the receivers got per server CPU-second",
+            ["server", "case", "recv", "msg/s", "frames/conn/s", "ev/frame", "frames/CPU-s", "p50 ms", "p99 ms", "lost",
+             "max frames/s", "server CPU%", "clients CPU%", "connect s"],
+            [[r["server"], r["case"], r["receivers"], r["room_msgs_per_s"], r["frames_per_conn_s"], r["events_per_frame"],
+              r["frames_per_cpu_s"], r["p50_ms"], r["p99_ms"], r["lost"], r["max_frames_per_conn_second"],
+              r["server_cpu_pct"], r["client_cpu_pct"], r["connect_s"]] for r in mine],
+        )
     qim, raw = find(rows, "qim", "unmerged"), find(rows, "raw_websockets", "unmerged")
     one = next((r for r in mine if r["case"].startswith("big room") and "2 nodes" not in r["case"]), {})
     two = next((r for r in mine + failed if r["case"].endswith("2 nodes")), {})
