@@ -281,7 +281,7 @@ def main() -> None:
          "ev/frame", "server CPU%", "clients CPU%", "busiest client%"],
         [[r["server"], r["case"], r["receivers"], r["deliveries_per_s"], r["room_msgs_per_s"], r["p50_ms"], r["p99_ms"],
           r.get("lost"), r["frames_per_conn_s"], r.get("max_frames_per_conn_second", "-"), r["events_per_frame"],
-          r["server_cpu_pct"], r["client_cpu_pct"], r["busiest_client_cpu_pct"]] for r in rows],
+          r["server_cpu_pct"], r["client_cpu_pct"], r["busiest_client_cpu_pct"]] for r in rows if not r.get("failed")],
     )
     two = [r for r in rows if r["case"].startswith("max, 2 nodes")]
     if two:

@@ -16,6 +16,7 @@ from qim.gateway.dispatch import frame_handler
 from qim.gateway.fit import reply_items_budget
 from qim.gateway.node import on_disconnect
 from rooms.access import check_room_exists
+from rooms.join_batches import get_join_batches
 from rooms.local import LocalRoom
 from rooms.service import get_room_service, room_key
 
@@ -77,11 +78,7 @@ async def handle_room_join(conn: Connection, frame: RoomJoin) -> dict | None:
     service.ensure_started()  # this node re-reports its counts from now on (RoomService._report_once)
     room = service.local.begin_join(conn, key, frame.room_id)
     try:
-        body = await service.call_writer(
-            key, "room.join",
-            {**service.count_report(room), "after": frame.after_room_seq,
-             "max_bytes": reply_items_budget(frame.req_id)},
-        )
+        body = await get_join_batches(service).join(key, frame.after_room_seq, reply_items_budget(frame.req_id))
     except Exception:
         service.local.abort_join(room, conn)
         raise

@@ -287,6 +287,21 @@ async def answer_join(node: ConnectionNode, body: dict[str, Any]) -> dict[str, A
     return {**writer.replay(body.get("after"), body.get("max_bytes")), "online_count": writer.online_count}
 
 
+@node_call_handler("room.join_many")
+async def answer_joins(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
+    """A burst of one node's joins of the room (rooms/join_batches.py): one fence check and
+    one count report for all; each join's own replay. When the joiners are all the node's
+    members and every reply reaches the head, the node has the events so far (as answer_join's
+    lone member); else the writer's next batch to a newly counted node carries what it missed
+    and the joiners drop what their replies already held (LocalRooms.finish_join)."""
+    writer = await get_room_service().fenced_writer(body["key"])
+    replies = [writer.replay(after, max_bytes) for after, max_bytes in body["joins"]]
+    whole = body["count"] == len(replies) and not any(reply["has_more"] for reply in replies)
+    covered = writer.ring.latest_room_seq if whole else None
+    writer.set_count(body["node"], body["count"], report_order(body), covered=covered)
+    return {"replies": replies, "online_count": writer.online_count}
+
+
 @node_call_handler("room.count")
 async def answer_count(node: ConnectionNode, body: dict[str, Any]) -> dict[str, Any]:
     writer = get_room_service().local_writer(body["key"])
