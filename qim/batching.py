@@ -35,9 +35,12 @@ class KeyedBatcher(Generic[K, T, R]):
         *,
         max_items: int = 64,
         after_batch: Callable[[K, Sequence[R | Refused]], None] | None = None,
+        on_loop: bool = False,
     ) -> None:
         self.name = name
-        self._apply = in_db_thread(apply)
+        # on_loop: `apply` is a coroutine function awaited on the loop (a node call, say)
+        # rather than database work run in a DB thread.
+        self._apply = apply if on_loop else in_db_thread(apply)
         self.max_items = max_items
         self.after_batch = after_batch
         self._waiting: dict[K, list[tuple[T, asyncio.Future[R]]]] = {}

@@ -12,9 +12,9 @@ its reply, exactly as when it went alone.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
+from qim.batching import KeyedBatcher
 from rooms.service import RoomService
 
 # Joins per writer call: bounds one reply message (each replay is cut to its own budget).
@@ -24,44 +24,20 @@ Join = tuple[int | None, int | None]  # (after_room_seq, max_bytes)
 
 
 class JoinBatches:
-    """Per node, on the event loop: at most one writer call per room in flight."""
+    """Per node, on the event loop: at most one writer call per room in flight (the
+    process's KeyedBatcher, its apply a node call; counters room_join_requests and
+    room_join_batches)."""
 
     def __init__(self, service: RoomService) -> None:
         self.service = service
-        self._waiting: dict[str, list[tuple[Join, asyncio.Future[dict[str, Any]]]]] = {}
-        self._drains: dict[str, asyncio.Task[None]] = {}
+        self._batcher: KeyedBatcher[str, Join, dict[str, Any]] = KeyedBatcher(
+            "room_join", self._call, max_items=MAX_JOINS_PER_CALL, on_loop=True
+        )
 
     async def join(self, key: str, after: int | None, max_bytes: int | None) -> dict[str, Any]:
         """The writer's answer to this join (a ROOM_BATCH body with online_count); raises
         the writer's Refused as a join alone would."""
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(key, []).append(((after, max_bytes), future))
-        self.service.node.counters["room_join_requests"] += 1
-        if key not in self._drains:
-            self._drains[key] = asyncio.create_task(self._drain(key))
-        return await future
-
-    async def _drain(self, key: str) -> None:
-        try:
-            while waiting := self._waiting.pop(key, None):
-                if len(waiting) > MAX_JOINS_PER_CALL:
-                    waiting, self._waiting[key] = waiting[:MAX_JOINS_PER_CALL], waiting[MAX_JOINS_PER_CALL:]
-                await self._run(key, waiting)
-        finally:
-            del self._drains[key]
-
-    async def _run(self, key: str, batch: list[tuple[Join, asyncio.Future[dict[str, Any]]]]) -> None:
-        self.service.node.counters["room_join_calls"] += 1
-        try:
-            bodies = await self._call(key, [join for join, _ in batch])
-        except Exception as error:  # each join answers as it would have alone
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-            return
-        for (_, future), body in zip(batch, bodies, strict=True):
-            if not future.done():  # else its connection went away meanwhile
-                future.set_result(body)
+        return await self._batcher.submit(key, (after, max_bytes))
 
     async def _call(self, key: str, joins: list[Join]) -> list[dict[str, Any]]:
         service = self.service

@@ -64,7 +64,7 @@ async def test_a_burst_of_joins_on_the_other_node(cluster: QimDeployment, cluste
         assert [e["room_seq"] for e in live] == [s for s in seqs if s > latest], i
     after = counters(n2, cluster_acme.admin_token)
     requests = after.get("room_join_requests", 0) - before.get("room_join_requests", 0)
-    calls = after.get("room_join_calls", 0) - before.get("room_join_calls", 0)
+    calls = after.get("room_join_batches", 0) - before.get("room_join_batches", 0)
     assert requests == JOINERS and 1 <= calls < JOINERS  # coalesced: fewer writer calls than joins
     await cluster_acme.close_clients()
     await cluster_globex.close_clients()
