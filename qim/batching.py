@@ -8,6 +8,7 @@ from typing import Generic, TypeVar
 
 from qim.db import in_db_thread
 from qim.errors import Refused
+from qim.log_context import unbound
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -52,7 +53,8 @@ class KeyedBatcher(Generic[K, T, R]):
         self._waiting.setdefault(key, []).append((item, future))
         self._count("requests")
         if key not in self._drains:
-            self._drains[key] = asyncio.create_task(self._drain(key))
+            with unbound():  # the batch serves every submitter: its lines name none of them
+                self._drains[key] = asyncio.create_task(self._drain(key))
         return await future
 
     async def _drain(self, key: K) -> None:

@@ -10,12 +10,14 @@ import json
 import logging
 import subprocess
 import sys
+from dataclasses import replace
 
 from django.conf import settings
 from pythonjsonlogger.json import JsonFormatter
 
+from qim.batching import KeyedBatcher
 from qim.gateway.connection import Connection
-from qim.log_context import ContextFilter, TextFormatter, bind_connection, frame_scope, unbound
+from qim.log_context import ContextFilter, TextFormatter, bind_connection, current, frame_scope, unbound
 from tests.harness.qim_process import REPO, process_env
 
 
@@ -95,6 +97,26 @@ async def test_tasks_started_unbound_name_nobody() -> None:
         f"WARNING {logger.name}: fire and forget for this frame "
         "[tenant=acme user=alice device=phone conn=01CONN frame=ROOM_JOIN]",
     ]
+
+
+async def test_a_batch_logs_as_none_of_its_submitters() -> None:
+    """A batch runs for every item it gathered, so the first submitter's socket is not its own."""
+    seen: list[dict[str, str]] = []
+
+    async def apply(key: str, items: list[str]) -> list[str]:
+        seen.append(current())
+        await asyncio.sleep(0)
+        return items
+
+    batcher: KeyedBatcher[str, str, str] = KeyedBatcher("test_log_batch", apply, on_loop=True)
+
+    async def submit_as(user_id: str) -> str:
+        bind_connection(replace(alice(), user_id=user_id, connection_id=f"01{user_id}"))
+        with frame_scope("SEND", user_id):
+            return await batcher.submit("key", user_id)
+
+    assert await asyncio.gather(submit_as("alice"), submit_as("bob")) == ["alice", "bob"]
+    assert seen and all(context == {} for context in seen)
 
 
 async def _log_later(logger: logging.Logger, message: str) -> None:
