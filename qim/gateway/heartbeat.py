@@ -67,15 +67,26 @@ def check_timeouts(server: Any, protocol: Any, now: float) -> None:
         protocol.last_ping = now
 
 
+def tcp_socket(protocol: Any) -> socket.socket | None:
+    """The TCP socket under a protocol's transport, through a TLS wrapper's `transport`."""
+    transport = getattr(protocol, "transport", None)
+    for _ in range(4):
+        handle = getattr(transport, "socket", None)
+        if isinstance(handle, socket.socket):
+            return handle
+        transport = getattr(transport, "transport", None)
+    return None
+
+
 def set_user_timeout(protocol: Any, seconds: float) -> None:
     """TCP_USER_TIMEOUT on the socket under a new WebSocket (nothing for a transport without
-    a socket, an in-process test's)."""
-    if seconds <= 0:
+    a TCP socket, an in-process test's or a Unix socket's)."""
+    sock = tcp_socket(protocol)
+    if seconds <= 0 or sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return
     try:
-        sock = protocol.transport.getHandle()
         sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, int(seconds * 1000))
-    except (AttributeError, OSError) as exc:
+    except OSError as exc:
         logger.warning("TCP_USER_TIMEOUT not set on a WebSocket (%s): dead peers stay until the OS finds them", exc)
 
 
