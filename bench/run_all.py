@@ -33,6 +33,8 @@ SCRIPTS = {
     "dm_isolation": (240, 120),
     "reaction_storm": (360, 120),
     "send_fanout": (300, 120),  # issue #22: full 146-190 s at load 2.5-8, --quick 67-108 s at load 3-9
+    # issue #22, second round: QIM idle window 30 s (was 10): quiet machine 115 s full, 66 s
+    # --quick before it, so about 135 / 86 s; here at load average 12: 7-8 min full, 182 s quick.
     "connections": (480, 120),
     "push_senders": (300, 150),
     "reconnect_storm": (300, 110),

@@ -33,10 +33,14 @@ def install() -> bool:
 
 
 def patch(server_class: Any) -> None:
+    from qim.gateway import heartbeat
+
+    heartbeat.mode()  # a bad QIM_WS_KEEPALIVE stops the node at start, not at the first tick
     connected, disconnected = server_class.protocol_connected, server_class.protocol_disconnected
 
     def protocol_connected(self: Any, protocol: Any) -> None:
         connected(self, protocol)
+        heartbeat.on_connected(protocol)
         timers_of(self).schedule(protocol, time.time() + TICK_S)
 
     def protocol_disconnected(self: Any, protocol: Any) -> None:
@@ -118,16 +122,23 @@ def reap(self: Any, protocol: Any, instance: Any, disconnected: Any) -> None:
 
 
 def timeout_checker(self: Any) -> None:
-    """Daphne's check_timeouts for each protocol whose check is due, then its next moment."""
+    """Daphne's check_timeouts for each protocol whose check is due, then its next moment; in
+    pong mode the keepalive is qim/gateway/heartbeat.py's, all due sockets in one tick."""
     from twisted.internet import reactor
+
+    from qim.gateway import heartbeat
 
     timers = timers_of(self)
     apply_ping_interval(self)
+    pong = heartbeat.mode() == "pong"
     now = time.time()
     while (protocol := timers.pop_due(now)) is not None:
         if protocol not in self.connections:
             continue
-        protocol.check_timeouts()
+        if pong:
+            heartbeat.check_timeouts(self, protocol, now)
+        else:
+            protocol.check_timeouts()
         timers.schedule(protocol, next_check_at(self, protocol, now))
     reactor.callLater(TICK_S, self.timeout_checker)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import zlib
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +17,7 @@ from qim.clock import now_ms
 from qim.db import in_db_thread
 from qim.gateway.connection import Connection
 from qim.gateway.node import ConnectionNode, node_message_handler, on_node_start
+from qim.gateway.recheck_slices import SLICES, RecheckSlices
 from qim.queries.identity import live_digests_among
 from qim.revocation import CREDENTIALS_GROUP, MESSAGE_TYPE, TOKEN_EXPIRED, TOKEN_REVOKED
 
@@ -43,19 +43,15 @@ async def on_credentials_revoked(node: ConnectionNode, message: dict[str, Any]) 
 
 
 # The re-check runs in RECHECK_SLICES steps per QIM_TOKEN_RECHECK_S, each over the sockets of
-# one slice (by connection id), so every socket is still checked once per period but the node
-# never stops for all of them at once: 18 000 sockets took about 165 ms in one go, a burst of
-# several percent of a core in any 10 s window that held it (docs/performance.md, issue 22).
-RECHECK_SLICES = 10
+# one slice (qim/gateway/recheck_slices.py), so every socket is still checked once per period but
+# the node never stops for all of them at once: 18 000 sockets took about 165 ms in one go, a
+# burst of several percent of a core in any 10 s window that held it (docs/performance.md, issue 22).
+RECHECK_SLICES = SLICES
 
 
-def in_slice(conn: Connection, index: int) -> bool:
-    return zlib.crc32(conn.connection_id.encode()) % RECHECK_SLICES == index
-
-
-async def recheck_credentials(node: ConnectionNode, index: int | None = None) -> None:
-    """Close every local socket (of slice `index`, or all) whose token no longer authenticates."""
-    conns = [c for c in node.connections.values() if c.token_digest and (index is None or in_slice(c, index))]
+async def recheck_credentials(node: ConnectionNode, conns: list[Connection] | None = None) -> None:
+    """Close every local socket (of `conns`, or all) whose token no longer authenticates."""
+    conns = [c for c in (node.connections.values() if conns is None else conns) if c.token_digest]
     if not conns:
         return
     live = await in_db_thread(live_digests_among)(sorted({c.token_digest for c in conns}))
@@ -71,8 +67,9 @@ async def recheck_credentials(node: ConnectionNode, index: int | None = None) ->
 async def recheck_forever(node: ConnectionNode) -> None:
     if settings.QIM_TOKEN_RECHECK_S <= 0:
         return  # off: only notices close sockets, and expiry is enforced at AUTH and REST only
-    slices = itertools.cycle(range(RECHECK_SLICES))
+    steps, slices = itertools.cycle(range(RECHECK_SLICES)), RecheckSlices(RECHECK_SLICES)
     await every(
-        lambda: settings.QIM_TOKEN_RECHECK_S / RECHECK_SLICES, lambda: recheck_credentials(node, next(slices)),
+        lambda: settings.QIM_TOKEN_RECHECK_S / RECHECK_SLICES,
+        lambda: recheck_credentials(node, slices.due(node, next(steps))),
         log=logger, failed="credentials re-check failed; retrying",
     )

@@ -174,3 +174,35 @@ class DaphneSocket:
             data = data[sent:]
         transport.write(data)
         return QUEUED
+
+
+def write_control(protocol: Any, data: bytes) -> bool:
+    """Write a whole pre-framed control frame (qim/gateway/heartbeat.py's Pong) to a daphne
+    socket over plain TCP: one `send()` when Twisted holds nothing, else behind what it holds.
+    False when autobahn must write it instead: not that kind of transport, not OPEN, or
+    autobahn in the middle of a queued or fragmented write (its queue may hold part of a
+    frame). Control frames are never compressed or fragmented, so compression does not matter."""
+    transport = getattr(protocol, "transport", None)
+    if (
+        type(transport) is not tcp.Server
+        or getattr(transport, "TLS", False)
+        or protocol.state != STATE_OPEN
+        or protocol.send_state != SEND_STATE_GROUND
+        or protocol.send_queue
+        or protocol.maskServerFrames
+        or not transport.connected
+        or transport.disconnecting
+        or transport._writeDisconnected
+    ):
+        return False
+    buffered = twisted_buffered(transport)
+    if not buffered:
+        try:
+            sent = transport.socket.send(data)
+        except OSError:
+            sent = 0  # EAGAIN, or a reset: Twisted's own doWrite meets the error and closes
+        if sent == len(data):
+            return True
+        data = data[sent:]
+    transport.write(data)
+    return True

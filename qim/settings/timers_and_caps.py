@@ -63,14 +63,25 @@ QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
 # one event per frame; the per-frame benchmark), still at most room_outbound_frame_rate
 # frames per connection: what the budget refuses waits, one event per frame still.
 QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
-# WebSocket keepalive (qim/gateway/daphne_timers.py, docs/performance.md "Issue 22: density and
-# idle cost"): an idle socket is pinged after this many seconds without a frame from its
-# client, and closed when the pong does not come within daphne's --ping-timeout. Each ping
-# costs the node a write and a pong to parse (about 0.1 ms here): at 18 000 idle sockets,
-# 25 s is a few percent of a core, 300 s a few tenths. 25 s by default because what a user
-# sees depends on it: a client that vanished without closing (a phone losing its network)
-# is seen offline, and its messages pushed, within this + the ping timeout (about 55 s); and
-# the proxies and load balancers in front of nodes close sockets idle for 60 s by default
-# (nginx's proxy_read_timeout, cloud balancers), as do many mobile NATs. Raise it where none
-# of that applies. 0: daphne's own --ping-interval.
+# WebSocket keepalive (qim/gateway/heartbeat.py, daphne_timers.py; docs/performance.md "Issue 22:
+# density and idle cost"): an idle socket gets a keepalive frame after this many seconds without
+# a frame from its client. 25 s by default because what a user sees depends on it: a client
+# that vanished without closing (a phone losing its network) is seen offline, and its messages
+# pushed, within about this + the timeout below (about 55 s); and the proxies and load balancers
+# in front of nodes close sockets idle for 60 s by default (nginx's proxy_read_timeout, cloud
+# balancers), as do many mobile NATs. Raise it where none of that applies. 0: daphne's own
+# --ping-interval.
 QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=25.0)
+# Which keepalive frame. "pong" (the default): an unsolicited Pong (RFC 6455 §5.5.3, a
+# unidirectional heartbeat every client library ignores), pre-framed and written straight to
+# the socket, no reply expected; a dead peer is found by the kernel instead (TCP_USER_TIMEOUT
+# below: the heartbeat stays unacknowledged). It costs a few microseconds a socket, against
+# ~0.1 ms for a ping and its pong through autobahn and Twisted (8.7 % of a core at 18 000 idle
+# sockets). "ping": daphne's ping, the socket closed when the pong does not come within
+# daphne's --ping-timeout; for proxies that only count client-to-server traffic as activity.
+QIM_WS_KEEPALIVE = env.str("QIM_WS_KEEPALIVE", default="pong")
+# Pong keepalive only: TCP_USER_TIMEOUT set on each accepted WebSocket, in seconds. Data the
+# node sent (the heartbeat included) that stays unacknowledged this long, or a receive window
+# the peer keeps at zero this long (Linux 5.9+), makes the kernel abort the connection, and the
+# user goes offline as after an unanswered ping. 30: daphne's --ping-timeout. 0: not set.
+QIM_WS_USER_TIMEOUT_S = env.float("QIM_WS_USER_TIMEOUT_S", default=30.0)

@@ -1,4 +1,4 @@
-"""The keepalive over a real daphne, with daphne's per-connection timers replaced by the due
+"""The ping keepalive (QIM_WS_KEEPALIVE=ping) over a real daphne, with daphne's per-connection timers replaced by the due
 ones (qim/gateway/daphne_timers.py): an idle socket is pinged every QIM_WS_PING_INTERVAL_S and
 stays open while it answers; one that stops answering is closed after daphne's --ping-timeout
 and its user is seen offline; a closed socket's application is reaped."""
@@ -6,10 +6,6 @@ and its user is seen offline; a closed socket's application is reaped."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import os
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,82 +13,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import QimDeployment, TENANT_NAMES
+from tests.harness.ping_socket import CLOSE, PingSocket
 from tests.harness.qim_process import QimNode, sqlite_database
-
-PING, PONG, TEXT, CLOSE = 0x9, 0xA, 0x1, 0x8
-
-
-class PingSocket:
-    """A WebSocket client by hand that sees every control frame the server sends and answers
-    pings only while `answering` is set."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.answering = True
-        self.pings = 0
-
-    @classmethod
-    async def open(cls, port: int) -> "PingSocket":
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        key = base64.b64encode(os.urandom(16)).decode()
-        writer.write(
-            f"GET /ws/v1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        assert head.startswith(b"HTTP/1.1 101"), head
-        return cls(reader, writer)
-
-    def _write(self, opcode: int, payload: bytes) -> None:
-        mask = os.urandom(4)
-        assert len(payload) <= 125
-        self.writer.write(struct.pack("!BB", 0x80 | opcode, 0x80 | len(payload)) + mask
-                          + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-
-    def send(self, frame: dict) -> None:
-        self._write(TEXT, json.dumps(frame).encode())
-
-    async def next_frame(self, timeout: float) -> tuple[int, bytes]:
-        """(opcode, payload) of the next frame; (CLOSE, b"") when the connection ended."""
-        try:
-            b0, b1 = await asyncio.wait_for(self.reader.readexactly(2), timeout)
-            size = b1 & 0x7F
-            if size == 126:
-                (size,) = struct.unpack("!H", await self.reader.readexactly(2))
-            elif size == 127:
-                (size,) = struct.unpack("!Q", await self.reader.readexactly(8))
-            payload = await asyncio.wait_for(self.reader.readexactly(size), timeout)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return CLOSE, b""
-        opcode = b0 & 0x0F
-        if opcode == PING:
-            self.pings += 1
-            if self.answering:
-                self._write(PONG, payload)
-        return opcode, payload
-
-    async def text(self, timeout: float = 30.0) -> dict:
-        """The next text frame, answering (or ignoring) pings on the way."""
-        while True:
-            opcode, payload = await self.next_frame(timeout)
-            assert opcode != CLOSE, "the server closed the connection"
-            if opcode == TEXT:
-                return json.loads(payload)
-
-    async def authenticate(self, token: str) -> None:
-        self.send({"type": "AUTH", "req_id": "a", "token": token, "device_id": "phone"})
-        assert (await self.text())["type"] == "AUTH_OK"
-
-    def close(self) -> None:
-        self.writer.close()
-
 
 @pytest.fixture(scope="module")
 def keepalive(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:
-    """One embedded node pinging idle sockets every second, closing them 2 s after an
+    """One embedded node in ping mode pinging idle sockets every second, closing them 2 s after an
     unanswered ping."""
     db = sqlite_database(sqlite_template, work_dir, "keepalive")
-    env = {**db.env, "QIM_VAR_DIR": str(work_dir), "QIM_WS_PING_INTERVAL_S": "1"}
+    env = {**db.env, "QIM_VAR_DIR": str(work_dir), "QIM_WS_PING_INTERVAL_S": "1",
+           "QIM_WS_KEEPALIVE": "ping"}
     node = QimNode(node_id="keepalive", env=env, log_dir=work_dir, daphne_args=("--ping-timeout", "2"))
     deployment = QimDeployment(db=db, nodes=[node], env=env)
     node.start()
