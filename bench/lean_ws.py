@@ -171,3 +171,16 @@ async def connect(host: str, port: int, path: str, timeout: float = 60.0) -> Lea
     )
     await asyncio.wait_for(protocol.opened, timeout)
     return protocol  # type: ignore[return-value]
+
+
+def run_receivers(main) -> None:  # type: ignore[no-untyped-def]
+    """Run a receiver process's loop on uvloop (bench only, requirements.txt): its read path
+    is C, so the receivers, which share the 2 cores with the server they measure, take less
+    of them (issue 22: 5 000 receivers used a core and more). Every server of a run gets
+    the same receivers."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)

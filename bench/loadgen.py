@@ -155,7 +155,9 @@ def receiver_process(target: Target, tokens: list[str | None], ready, stop, reco
         for ws in sockets:
             ws.abort()
 
-    asyncio.run(main())
+    from lean_ws import run_receivers
+
+    run_receivers(main())
 
 
 # --- senders -----------------------------------------------------------------------------

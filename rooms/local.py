@@ -30,7 +30,7 @@ from qim.gateway.foreground import ForegroundWork
 from qim.gateway.wire import DIRECT, QUEUED, TextFrame
 from rooms.batches import Batch
 from rooms.budget import RATE_SLACK, FrameBudget
-from rooms.local_room import Held, LocalRoom, room_batches
+from rooms.local_room import Held, LocalRoom, TickPlan, room_batches
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,13 @@ TICK_YIELDS = 4
 # slowest on a loaded node, short enough that a steady stream of them slows a room's ticks
 # by at most this much each.
 TICK_GIVE_WAY_S = 0.02
+# The least wait after a tick longer than the interval, in intervals. It was half: the tick
+# that wrote every member in one go (2026-12-02) read nothing between ticks, and with no wait
+# ticks of one event each followed one another (docs/performance.md, "Raising
+# room_outbound_frame_rate collapsed batching"). A tick now yields after every slice, and a
+# rolling tick (TickPlan) takes the events that arrive while it runs to the members it has not
+# reached yet, so a 5 000-member room's cycle is its tick plus this (issue 22).
+TICK_GAP = 0.125
 
 
 class LocalRooms:
@@ -121,25 +128,24 @@ class LocalRooms:
         big room's tick time does not add to every event's wait (issue 22: 5 000 members),
         plus a cap-th of its duration, so that a member written late in one tick and early in
         a later one still gets at most cap frames in RATE_SLACK seconds (the budget defers
-        the one over, at a cost to it); and at least half an interval after it ended, so
-        that a tick longer than the interval is not followed at once by ticks of one event
-        each (the collapse found on 2026-12-02, docs/performance.md)."""
+        the one over, at a cost to it); and at least TICK_GAP intervals after it ended, so
+        that the loop gets a breath between a big room's back-to-back ticks."""
         took = ended - started
-        return max(started + self.interval + took / self.budget.cap(), ended + self.interval / 2)
+        return max(started + self.interval + took / self.budget.cap(), ended + self.interval * TICK_GAP)
 
     def _flush_soon(self, room: LocalRoom) -> None:
         spawn(self.flush(room), name="qim-room-tick")
 
     async def flush(self, room: LocalRoom) -> None:
-        """One tick of a room: what arrived since the last, to every member. `flush_task` stays
-        set until the tick ends, so that ticks of one room never overlap (they would reorder
-        events on the sockets a yielding tick has not reached yet)."""
-        events, room.pending = room.pending, []
+        """One tick of a room: each member gets the pending events it was not sent yet.
+        `flush_task` stays set until the tick ends, so that ticks of one room never overlap
+        (they would reorder events on the sockets a yielding tick has not reached yet)."""
         started = time.monotonic()
         try:
-            if events and room.members:
-                await self._write_tick(room, events)
+            if room.pending and room.members:
+                await self._write_tick(room)
         finally:
+            self._trim(room)
             room.next_due = self.next_due(started, time.monotonic())
             room.flush_task = None
             if room.pending:
@@ -147,15 +153,26 @@ class LocalRooms:
             else:
                 self.forget_if_empty(room)
 
-    async def _write_tick(self, room: LocalRoom, events: list[dict[str, Any]]) -> None:
-        # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
-        batches = room_batches(room.meta, events)
-        frames = [batch.frame for batch in batches]
+    @staticmethod
+    def _trim(room: LocalRoom) -> None:
+        """Drop the pending events every member was sent (members joining get theirs from
+        their join buffers)."""
+        sent = room.sent_upto
+        lowest = min((sent.get(conn, 0) for conn in room.members), default=None)
+        if lowest is None:
+            room.pending = []
+        elif room.pending:
+            room.pending = [event for event in room.pending if event["room_seq"] > lowest]
+
+    async def _write_tick(self, room: LocalRoom) -> None:
+        # Encoded and framed once per member position: the same bytes go to every member
+        # sent up to the same room_seq (qim/gateway/wire.py, rooms/local_room.py TickPlan).
+        plan, members, sent = TickPlan(room), room.members, room.sent_upto
         cap, max_buffered = self.budget.cap(), settings.QIM_MAX_OUTBOUND_BUFFER_BYTES
         give_way = TICK_GIVE_WAY_S
         slice_ends = now = 0.0
         try:
-            for conn in list(room.members):
+            for conn in list(members):
                 if time.perf_counter() > slice_ends:
                     # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
                     # big room's tick at most, not for all of it, and a conversation frame being
@@ -168,14 +185,18 @@ class LocalRooms:
                     # The budget counts a slice's frames as sent when it began: at most a
                     # millisecond early, against a window of RATE_SLACK seconds.
                     now = time.monotonic()
-                if room.live_after and conn in room.live_after:
-                    await self._deliver_after(conn, room, events, room.live_after.pop(conn))
+                    plan.roll(now)
+                if conn not in members:
+                    continue  # left, or rejoining, while the tick yielded
+                planned = plan.after(sent.get(conn, 0))
+                if planned is None:
                     continue
-                done = self._write_now(conn, room.key, frames, cap, now, max_buffered)
+                sent[conn] = planned.head
+                done = self._write_now(conn, room.key, planned.frames, cap, now, max_buffered)
                 if done < 0:
-                    await self._deliver(conn, room.key, room.meta, batches)
+                    await self._deliver(conn, room.key, room.meta, planned.batches)
                 else:
-                    for frame in frames[done:]:
+                    for frame in planned.frames[done:]:
                         await self._write(conn, frame)
         finally:
             self._tally_written()
@@ -232,13 +253,6 @@ class LocalRooms:
     async def _push(self, conn: Connection, text: str | TextFrame) -> None:
         self._count(conn)
         await self._write(conn, text)
-
-    async def _deliver_after(self, conn: Connection, room: LocalRoom, events: list[dict[str, Any]], after: int) -> None:
-        """A flush to a member that joined since the last one: only what its join did not carry
-        (encoded for it alone; it happens once per join, and only when events were pending)."""
-        fresh = [event for event in events if event["room_seq"] > after]
-        if fresh:
-            await self._deliver(conn, room.key, room.meta, room_batches(room.meta, fresh))
 
     async def _deliver(self, conn: Connection, key: str, meta: dict[str, Any], batches: list[Batch]) -> None:
         """A room's frames while the budget allows, the rest deferred; all of them deferred
@@ -314,7 +328,7 @@ class LocalRooms:
             self._deferred.pop(conn, None)
 
     # --- joins and leaves --------------------------------------------------------------
-    # A connection's place in a room (members, joining, live_after) and its conn.rooms entry
+    # A connection's place in a room (members, joining, sent_upto) and its conn.rooms entry
     # change only here, so a frame handler cannot leave them half undone.
 
     def begin_join(self, conn: Connection, key: str, room_id: str) -> LocalRoom:
@@ -322,7 +336,7 @@ class LocalRooms:
         until finish_join hands them over, after the reply."""
         room = self.room(key, conn.tenant_id, room_id)
         room.members.discard(conn)
-        room.live_after.pop(conn, None)
+        room.sent_upto.pop(conn, None)
         room.joining[conn] = []
         conn.rooms.add(room_id)
         return room
@@ -340,7 +354,7 @@ class LocalRooms:
         if room is None:
             return False
         room.members.discard(conn)
-        room.live_after.pop(conn, None)
+        room.sent_upto.pop(conn, None)
         room.joining.pop(conn, None)
         self.forget_if_empty(room)
         return True
@@ -359,4 +373,4 @@ class LocalRooms:
                     await self._push(conn, batch.frame)
         room.joining.pop(conn, None)
         room.members.add(conn)
-        room.live_after[conn] = reply_latest
+        room.sent_upto[conn] = reply_latest
