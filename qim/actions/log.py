@@ -15,7 +15,7 @@ from qim.actions.mailbox import (
     event_push_parts,
     write_mailbox_entries,
 )
-from qim.actions.log_postgresql import Bumped, badge_increments, write_in_one_trip
+from qim.actions.log_postgresql import Bumped, write_in_one_trip
 from qim.content_types import OWN_SEQ, TypePolicy
 from qim.models import Conversation, MembershipInterval, MessageRecord, PushTask, User, UserMailboxEntry
 from qim.notify import UserPush, push_on_commit
@@ -171,6 +171,14 @@ def append_rows_to_log(
             push_on_commit(push)
         appended.append(Appended(record=record, mailbox_seqs=seqs, push_tasks=tasks, push=push))
     return appended
+
+
+def badge_increments(rows: Sequence[LogRow], recipients: dict[int, str]) -> dict[int, int] | None:
+    """Each recipient's badge grows by the counted rows others wrote; None when no row counts."""
+    counted = [row for row in rows if row.policy.counts_unread]
+    if not counted:
+        return None
+    return {pk: sum(1 for row in counted if row.sender.pk != pk) for pk in recipients}
 
 
 def _entry_spec(row: LogRow, message_pk: int | None) -> EntrySpec:

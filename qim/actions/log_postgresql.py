@@ -16,7 +16,6 @@ caller rolls back as before.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from django.db import connection
 from django.db.models.sql import InsertQuery
@@ -25,19 +24,8 @@ from qim.actions.mailbox import EntrySpec, badge_statements, entries_statement, 
 from qim.db_statements import Statement, run_together
 from qim.models import Conversation, MessageRecord
 
-if TYPE_CHECKING:
-    from qim.actions.log import LogRow
-
 # (final badges: user pk -> badge, push-capable devices: (device pk, user pk, device_id))
 Bumped = tuple[dict[int, int], list[tuple[int, int, str]]]
-
-
-def badge_increments(rows: Sequence[LogRow], recipients: dict[int, str]) -> dict[int, int] | None:
-    """Each recipient's badge grows by the counted rows others wrote; None when no row counts."""
-    counted = [row for row in rows if row.policy.counts_unread]
-    if not counted:
-        return None
-    return {pk: sum(1 for row in counted if row.sender.pk != pk) for pk in recipients}
 
 
 def write_in_one_trip(
