@@ -69,19 +69,9 @@ class KeyedBatcher(Generic[K, T, R]):
         try:
             results = await self._apply(key, [item for item, _ in batch])
         except Exception as error:  # each item answers as it would have alone
-            self._answer(key, batch, None, error)
-            return
-        self._answer(key, batch, results, None)
-
-    def _answer(
-        self, key: K, batch: list[tuple[T, asyncio.Future[R]]], results: Sequence[R | Refused] | None,
-        error: Exception | None,
-    ) -> None:
-        """Each item's future gets its result, its Refused, or the batch's `error`."""
-        if results is None:
             for _, future in batch:
                 if not future.done():
-                    future.set_exception(error or RuntimeError("batch gave no results"))
+                    future.set_exception(error)
             return
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():  # its connection went away; what it asked for stays written

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from qim.metrics.instruments import timed_db
-from qim.notify import Collected, collecting_pushes, deliver_all
+from qim.notify import collecting_pushes, deliver_all
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,7 +28,7 @@ def in_db_thread(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     where a push sent from the thread would wait for the loop and hold the thread meanwhile
     (a busy loop, a room flush say, then delays every step of the call).
     """
-    run = in_db_thread_collected(fn)
+    run = database_sync_to_async(collecting_pushes(timed_db(checked_when_idle(fn))), thread_sensitive=False)
 
     @functools.wraps(fn)
     async def call(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -37,12 +37,6 @@ def in_db_thread(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         return collected.unwrap()
 
     return call
-
-
-def in_db_thread_collected(fn: Callable[P, R]) -> Callable[P, Awaitable[Collected[R]]]:
-    """in_db_thread without the delivery: answers what `fn` returned or raised and the pushes
-    its commits made, for a caller that must order the delivery itself (qim/batching_overlap.py)."""
-    return database_sync_to_async(collecting_pushes(timed_db(checked_when_idle(fn))), thread_sensitive=False)
 
 
 def checked_when_idle(fn: Callable[P, R]) -> Callable[P, R]:

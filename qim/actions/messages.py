@@ -19,7 +19,6 @@ from qim.db_statements import run_together
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
 from qim.queries.conversations import access_conversation, require_current_member
-from qim.turns import hand_over_turn, wait_for_turn
 from qim.queries.online import NOT_ASKED, OnlineDevices, capable_members, online_devices_of
 
 
@@ -142,11 +141,11 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
     online = _online_before_lock(to_write, capable)
     if len(to_write) > 1:
         try:
-            written = _write_sends(conversation_id, to_write, online, hand_over=True)
-        except IntegrityError:  # a retry raced another node or batch: settle them one by one
+            written = _write_sends(conversation_id, to_write, online)
+        except IntegrityError:  # a retry raced another node: settle them one by one
             written = [_write_one(conversation_id, request, online) for request in to_write]
     else:
-        written = [_write_one(conversation_id, request, online, hand_over=True) for request in to_write]
+        written = [_write_one(conversation_id, request, online) for request in to_write]
     outcomes.update(zip(fresh, written))
     return [outcomes[request.key] for request in requests]
 
@@ -170,11 +169,9 @@ def _access_refusal(conversation_id: str, request: SendRequest) -> Refused | Non
     return None
 
 
-def _write_one(
-    conversation_id: str, request: SendRequest, online: OnlineDevices, *, hand_over: bool = False,
-) -> SendAck | Refused:
+def _write_one(conversation_id: str, request: SendRequest, online: OnlineDevices) -> SendAck | Refused:
     try:
-        [outcome] = _write_sends(conversation_id, [request], online, hand_over=hand_over)
+        [outcome] = _write_sends(conversation_id, [request], online)
         return outcome
     except IntegrityError:
         earlier = earlier_sends(conversation_id, [request]).get(request.key)
@@ -184,13 +181,8 @@ def _write_one(
 
 
 def _write_sends(
-    conversation_id: str, requests: Sequence[SendRequest], online: OnlineDevices, *, hand_over: bool = False,
+    conversation_id: str, requests: Sequence[SendRequest], online: OnlineDevices,
 ) -> list[SendAck | Refused]:
-    """Lock, check and write `requests` in one transaction. In an overlapping batcher
-    (qim.turns) the lock waits for the batch before to have written; with `hand_over` the
-    next batch may take the lock once these are written (not after a batch's failed first
-    try: its requests' retries one by one must come before the next batch's rows)."""
-    wait_for_turn()
     with transaction.atomic():
         try:
             conversation, members = lock_with_members(conversation_id)
@@ -209,8 +201,6 @@ def _write_sends(
             conversation, [request.log_row() for request in accepted], recipients=members, now_ms=now_ms(),
             online=online,
         ))
-        if hand_over:
-            hand_over_turn()
     return [outcome or _ack(next(appended).record) for outcome in outcomes]
 
 

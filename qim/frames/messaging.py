@@ -8,7 +8,6 @@ import msgspec
 
 from qim.actions.messages import SendAck, SendRequest, do_send_messages
 from qim.batching import KeyedBatcher
-from qim.batching_overlap import OverlappingBatcher
 from qim.conf import limit
 from qim.clock import now_ms
 from qim.content_types import (
@@ -130,8 +129,7 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
 
 # SENDs to one conversation queue on its row lock; the ones that arrive while a write runs
 # are checked and written together by the next (qim/batching.py).
-# Two batches of a conversation in flight: the next reads while this one writes (issue #22).
-send_batcher: OverlappingBatcher[str, SendRequest, SendAck] = OverlappingBatcher("send", do_send_messages)
+send_batcher: KeyedBatcher[str, SendRequest, SendAck] = KeyedBatcher("send", do_send_messages)
 
 
 async def relay_ephemeral(conn: Connection, frame: Send, payload_json: str) -> dict:
