@@ -15,6 +15,7 @@ from qim.actions.mailbox import (
     event_push_parts,
     write_mailbox_entries,
 )
+from qim.actions.log_postgresql import Bumped, write_in_one_trip
 from qim.content_types import OWN_SEQ, TypePolicy
 from qim.models import Conversation, MembershipInterval, MessageRecord, PushTask, User, UserMailboxEntry
 from qim.notify import UserPush, push_on_commit
@@ -145,17 +146,23 @@ def append_rows_to_log(
     """append_to_log for several rows at once, in order, all to the same recipients: the
     conversation row, each recipient's mailbox head and badge are written once for all of
     them (SEND batches, qim/actions/messages.py). Same lock, events and pushes per row."""
-    records = _write_records(conversation, rows, now_ms)
-    specs = [
-        EntrySpec(kind=row.entry_kind, message_id=record.pk, origin_device_id=row.origin_device_id,
-                  origin_user_pk=row.sender.pk)
-        for row, record in zip(rows, records)
-    ]
-    seqs_per_row = write_mailbox_entries(
-        tenant_id=conversation.tenant_id, conversation_id=conversation.pk, specs=specs,
-        recipients=recipients, now_ms=now_ms,
-    )
-    pushed = _count_for_others(conversation, rows, records, recipients, now_ms, online)
+    records, update_fields = _next_records(conversation, rows, now_ms)
+    increments = badge_increments(rows, recipients)
+    bumped: Bumped | None = None
+    if connection.vendor == "postgresql":  # every write below in one round trip
+        seqs_per_row, bumped = write_in_one_trip(
+            conversation, records, [_entry_spec(row, None) for row in rows], update_fields,
+            recipients=recipients, increments=increments, now_ms=now_ms,
+        )
+    else:
+        conversation.save(update_fields=update_fields)
+        _insert_records(records)
+        seqs_per_row = write_mailbox_entries(
+            tenant_id=conversation.tenant_id, conversation_id=conversation.pk,
+            specs=[_entry_spec(row, record.pk) for row, record in zip(rows, records)],
+            recipients=recipients, now_ms=now_ms,
+        )
+    pushed = _count_for_others(conversation, rows, records, recipients, now_ms, online, increments, bumped)
     appended = []
     for row, record, seqs, tasks in zip(rows, records, seqs_per_row, pushed):
         exclude = (row.sender.username, row.origin_device_id) if row.origin_device_id else None
@@ -166,8 +173,22 @@ def append_rows_to_log(
     return appended
 
 
-def _write_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: int) -> list[MessageRecord]:
-    """The MessageRecords of `rows` at the next seqs, and the conversation's head after them."""
+def badge_increments(rows: Sequence[LogRow], recipients: dict[int, str]) -> dict[int, int] | None:
+    """Each recipient's badge grows by the counted rows others wrote; None when no row counts."""
+    counted = [row for row in rows if row.policy.counts_unread]
+    if not counted:
+        return None
+    return {pk: sum(1 for row in counted if row.sender.pk != pk) for pk in recipients}
+
+
+def _entry_spec(row: LogRow, message_pk: int | None) -> EntrySpec:
+    return EntrySpec(kind=row.entry_kind, message_id=message_pk, origin_device_id=row.origin_device_id,
+                     origin_user_pk=row.sender.pk)
+
+
+def _next_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: int) -> tuple[list[MessageRecord], list[str]]:
+    """The MessageRecords of `rows` at the next seqs (not saved yet), and the conversation's
+    head moved past them in memory; answers them and the conversation fields to save."""
     first = conversation.last_seq + 1
     conversation.last_seq += len(rows)
     update_fields = ["last_seq"]
@@ -175,7 +196,6 @@ def _write_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: i
     if moved:
         conversation.last_activity_seq, conversation.last_activity_ms = moved[-1], now_ms
         update_fields += ["last_activity_seq", "last_activity_ms"]
-    conversation.save(update_fields=update_fields)
     records = [
         MessageRecord(
             tenant_id=conversation.tenant_id,
@@ -195,11 +215,14 @@ def _write_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: i
         )
         for index, row in enumerate(rows)
     ]
+    return records, update_fields
+
+
+def _insert_records(records: list[MessageRecord]) -> None:
     if len(records) == 1:
         records[0].save(force_insert=True)
     else:
         MessageRecord.objects.bulk_create(records)  # both backends return the new pks
-    return records
 
 
 def _count_for_others(
@@ -209,15 +232,17 @@ def _count_for_others(
     recipients: dict[int, str],
     now_ms: int,
     online_by_id: OnlineDevices,
+    increments: dict[int, int] | None,
+    bumped: Bumped | None,
 ) -> list[int]:
-    """Badges and offline pushes of the counted rows: each recipient's badge grows by the
-    counted rows others wrote; answers the PushTasks queued per row. Asks no one who is
-    online: the row lock is held (`online_by_id` was asked before it, qim.queries.online)."""
-    counted = [(row, record) for row, record in zip(rows, records) if row.policy.counts_unread]
-    if not counted:
+    """Badges and offline pushes of the counted rows: each recipient's badge grows by
+    `increments` (already, when `bumped` holds what that answered); answers the PushTasks
+    queued per row. Asks no one who is online: the row lock is held (`online_by_id` was
+    asked before it, qim.queries.online)."""
+    if increments is None:
         return [0] * len(rows)
-    increments = {pk: sum(1 for row, _ in counted if row.sender.pk != pk) for pk in recipients}
-    final_badges, devices = bump_badges_finding_devices(increments, now_ms)
+    counted = [(row, record) for row, record in zip(rows, records) if row.policy.counts_unread]
+    final_badges, devices = bumped or bump_badges_finding_devices(increments, now_ms)
     with_credentials = {user_pk for _, user_pk, _ in devices}
     if not with_credentials:
         return [0] * len(rows)

@@ -14,13 +14,13 @@ from typing import Any
 from django.db import connection
 
 from qim.gateway import codec
-from qim.models import Device, PushTask, UserBadgeState, UserMailboxEntry, UserMailboxHead
+from qim.models import Device, MessageRecord, PushTask, UserBadgeState, UserMailboxEntry, UserMailboxHead
 
 # SQLite allows 32 766 bound parameters; stay far below with room for the other columns.
 _CHUNK = 2000
 
 
-def _chunks(items: Sequence[int]) -> Iterable[Sequence[int]]:
+def id_chunks(items: Sequence[int]) -> Iterable[Sequence[int]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start : start + _CHUNK]
 
@@ -106,7 +106,7 @@ def write_mailbox_entries(
     if not specs:
         return per_spec
     with connection.cursor() as cursor:
-        for chunk in _chunks(sorted(set(recipients))):
+        for chunk in id_chunks(sorted(set(recipients))):
             if connection.vendor == "postgresql":
                 heads = _insert_entries_postgresql(cursor, tenant_id, conversation_id, specs, chunk, now_ms)
             else:
@@ -121,28 +121,47 @@ def write_mailbox_entries(
 def _insert_entries_postgresql(
     cursor: Any, tenant_id: int, conversation_id: str, specs: Sequence[EntrySpec], chunk: Sequence[int], now_ms: int
 ) -> list[tuple[int, int]]:
+    cursor.execute(*entries_statement(tenant_id, conversation_id, specs, chunk, now_ms))
+    return cursor.fetchall()
+
+
+def entries_statement(
+    tenant_id: int, conversation_id: str, specs: Sequence[EntrySpec], chunk: Sequence[int], now_ms: int,
+    *, message_seqs: Sequence[int] | None = None,
+) -> tuple[str, list]:
+    """PostgreSQL: the heads of `chunk` moved by len(specs) and every entry inserted from them,
+    one statement answering (user pk, new head). With `message_seqs` (one per spec) the
+    entries' message ids are the conversation's log rows at those seqs, read by the statement
+    itself, so it can be sent with the INSERT of those rows (qim/actions/log_postgresql.py)."""
     heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
     table = UserMailboxEntry._meta.db_table
-    cursor.execute(
+    columns = "AS e (ord, kind, message_id, control, origin_user, origin_device)"
+    source = f"unnest(%s::int[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[]) {columns}"
+    by_seq: list = []
+    if message_seqs is not None:
+        source = (
+            f"(SELECT e.ord, e.kind, m.id AS message_id, e.control, e.origin_user, e.origin_device FROM {source} "
+            f"JOIN {MessageRecord._meta.db_table} m ON m.conversation_id = %s AND m.conversation_seq = e.message_id) e"
+        )
+        by_seq = [conversation_id]
+    sql = (
         f"WITH heads (user_id, head) AS ({heads_sql}), "
         f"inserted AS (INSERT INTO {table} ({_ENTRY_COLUMNS}) "
         "SELECT %s::bigint, h.user_id, h.head - %s + e.ord, e.kind, %s::text, e.message_id, "
         "e.control::jsonb, CASE WHEN e.origin_user IS NULL OR h.user_id = e.origin_user "
         "THEN e.origin_device END, %s::bigint "
-        "FROM heads h CROSS JOIN unnest(%s::int[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[]) "
-        "AS e (ord, kind, message_id, control, origin_user, origin_device)) "
-        "SELECT user_id, head FROM heads",
-        heads_params + [
-            tenant_id, len(specs), conversation_id, now_ms,
-            list(range(1, len(specs) + 1)),
-            [spec.kind for spec in specs],
-            [spec.message_id for spec in specs],
-            [_control_json(spec.control) for spec in specs],
-            [spec.origin_user_pk for spec in specs],
-            [spec.origin_device_id for spec in specs],
-        ],
+        f"FROM heads h CROSS JOIN {source}) "
+        "SELECT user_id, head FROM heads"
     )
-    return cursor.fetchall()
+    return sql, heads_params + [
+        tenant_id, len(specs), conversation_id, now_ms,
+        list(range(1, len(specs) + 1)),
+        [spec.kind for spec in specs],
+        list(message_seqs) if message_seqs is not None else [spec.message_id for spec in specs],
+        [_control_json(spec.control) for spec in specs],
+        [spec.origin_user_pk for spec in specs],
+        [spec.origin_device_id for spec in specs],
+    ] + by_seq
 
 
 def _insert_entries_sqlite(
@@ -195,39 +214,57 @@ def bump_badges_finding_devices(
 
 
 def _bump(increments: dict[int, int], now_ms: int, *, with_devices: bool) -> tuple[dict, list]:
+    badges: dict[int, int] = {}
+    devices: list[tuple[int, int, str]] = []
+    with connection.cursor() as cursor:
+        for chunk in id_chunks(sorted(pk for pk, by in increments.items() if by > 0)):
+            cursor.execute(*_badges_statement(chunk, increments, now_ms, with_devices=with_devices))
+            read_badge_rows(cursor.fetchall(), badges, devices)
+    return badges, devices
+
+
+def badge_statements(increments: dict[int, int], now_ms: int) -> list[tuple[str, list]]:
+    """PostgreSQL: bump_badges_finding_devices as statements to run (one per chunk, in user
+    order); give each one's rows to read_badge_rows."""
+    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    return [_badges_statement(chunk, increments, now_ms, with_devices=True) for chunk in chunks]
+
+
+def _badges_statement(
+    chunk: Sequence[int], increments: dict[int, int], now_ms: int, *, with_devices: bool
+) -> tuple[str, list]:
     table = UserBadgeState._meta.db_table
     upsert = (
         f"ON CONFLICT (user_id) DO UPDATE SET badge = {table}.badge + excluded.badge, "
         "updated_at_ms = excluded.updated_at_ms RETURNING user_id, badge"
     )
-    badges: dict[int, int] = {}
-    devices: list[tuple[int, int, str]] = []
-    with connection.cursor() as cursor:
-        for chunk in _chunks(sorted(pk for pk, by in increments.items() if by > 0)):
-            if connection.vendor == "postgresql":
-                sql = (
-                    f"INSERT INTO {table} (user_id, badge, updated_at_ms) SELECT user_id, by, %s "
-                    f"FROM unnest(%s::bigint[], %s::int[]) AS ids (user_id, by) ORDER BY user_id {upsert}"
-                )
-                params = [now_ms, _pg_int_array(chunk), _pg_int_array(increments[pk] for pk in chunk)]
-                if with_devices:
-                    sql = (
-                        f"WITH b AS ({sql}) SELECT user_id, badge, NULL::bigint, NULL::text FROM b UNION ALL "
-                        f"SELECT user_id, NULL, id, device_id FROM {Device._meta.db_table} "
-                        "WHERE user_id = ANY(%s::bigint[]) AND (push_token <> '' OR voip_token <> '')"
-                    )
-                    params.append(params[1])
-                cursor.execute(sql, params)
-            else:
-                rows = ",".join(["(%s, %s, %s)"] * len(chunk))
-                params = [value for pk in chunk for value in (pk, increments[pk], now_ms)]
-                cursor.execute(f"INSERT INTO {table} (user_id, badge, updated_at_ms) VALUES {rows} {upsert}", params)
-            for user_pk, badge, *device in cursor.fetchall():
-                if device and device[0] is not None:
-                    devices.append((device[0], user_pk, device[1]))
-                else:
-                    badges[user_pk] = badge
-    return badges, devices
+    if connection.vendor != "postgresql":
+        rows = ",".join(["(%s, %s, %s)"] * len(chunk))
+        params = [value for pk in chunk for value in (pk, increments[pk], now_ms)]
+        return f"INSERT INTO {table} (user_id, badge, updated_at_ms) VALUES {rows} {upsert}", params
+    sql = (
+        f"INSERT INTO {table} (user_id, badge, updated_at_ms) SELECT user_id, by, %s "
+        f"FROM unnest(%s::bigint[], %s::int[]) AS ids (user_id, by) ORDER BY user_id {upsert}"
+    )
+    params = [now_ms, _pg_int_array(chunk), _pg_int_array(increments[pk] for pk in chunk)]
+    if with_devices:
+        sql = (
+            f"WITH b AS ({sql}) SELECT user_id, badge, NULL::bigint, NULL::text FROM b UNION ALL "
+            f"SELECT user_id, NULL, id, device_id FROM {Device._meta.db_table} "
+            "WHERE user_id = ANY(%s::bigint[]) AND (push_token <> '' OR voip_token <> '')"
+        )
+        params.append(params[1])
+    return sql, params
+
+
+def read_badge_rows(rows: Iterable[tuple], badges: dict[int, int], devices: list[tuple[int, int, str]]) -> None:
+    """Sort a badge statement's rows into new badges (user pk -> badge) and push-capable
+    devices (device pk, user pk, device_id)."""
+    for user_pk, badge, *device in rows:
+        if device and device[0] is not None:
+            devices.append((device[0], user_pk, device[1]))
+        else:
+            badges[user_pk] = badge
 
 
 def push_capable_devices(user_pks: Sequence[int]) -> list[tuple[int, int, str]]:
@@ -235,7 +272,7 @@ def push_capable_devices(user_pks: Sequence[int]) -> list[tuple[int, int, str]]:
     table = Device._meta.db_table
     devices: list[tuple[int, int, str]] = []
     with connection.cursor() as cursor:
-        for chunk in _chunks(sorted(set(user_pks))):
+        for chunk in id_chunks(sorted(set(user_pks))):
             among, params = _id_among("user_id", chunk)
             cursor.execute(
                 f"SELECT id, user_id, device_id FROM {table} WHERE {among} "

@@ -4,21 +4,22 @@ call and one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from qim.actions.log import LogRow, append_rows_to_log, lock_with_members
 from qim.clock import now_ms
 from qim.content_types import TypePolicy
+from qim.db_statements import run_together
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
 from qim.queries.conversations import access_conversation, require_current_member
-from qim.queries.online import NOT_ASKED, OnlineDevices, online_before_lock
+from qim.queries.online import NOT_ASKED, OnlineDevices, capable_members, online_devices_of
 
 
 @dataclass(frozen=True)
@@ -60,20 +61,41 @@ class SendRequest:
 def earlier_sends(conversation_id: str, requests: Sequence[SendRequest]) -> dict[tuple[int, str], SendAck | Refused]:
     """For each (sender, client_msg_id) already logged: its first ACK, or `conflict` when it
     was used for another conversation (a retry names the same one; anything else is a client
-    bug that must not pass for a delivered message). No ORDER BY: the pair is unique, and an
+    bug that must not pass for a delivered message)."""
+    return _earlier_from(conversation_id, _earlier_query(requests))
+
+
+def _earlier_query(requests: Sequence[SendRequest]) -> QuerySet:
+    """The logged rows of the requests' keys. No ORDER BY: the pair is unique, and an
     ORDER BY id let PostgreSQL walk the log's primary key."""
     wanted = reduce(or_, (Q(sender_id=pk, client_msg_id=msg_id) for pk, msg_id in {r.key for r in requests}))
+    return MessageRecord.objects.filter(wanted).order_by().values_list(
+        "sender_id", "client_msg_id", "conversation_id", "message_id", "conversation_seq", "sent_at_ms",
+    )
+
+
+def _earlier_from(conversation_id: str, rows: Iterable[tuple]) -> dict[tuple[int, str], SendAck | Refused]:
     found: dict[tuple[int, str], SendAck | Refused] = {}
-    for sender_pk, client_msg_id, in_conversation, *ack in (
-        MessageRecord.objects.filter(wanted).order_by().values_list(
-            "sender_id", "client_msg_id", "conversation_id", "message_id", "conversation_seq", "sent_at_ms",
-        )
-    ):
+    for sender_pk, client_msg_id, in_conversation, *ack in rows:
         found[(sender_pk, client_msg_id)] = (
             SendAck(*ack) if in_conversation == conversation_id
             else Refused("conflict", f"client_msg_id {client_msg_id!r} was used for another conversation")
         )
     return found
+
+
+def _read_before_lock(
+    conversation_id: str, requests: Sequence[SendRequest],
+) -> tuple[dict[tuple[int, str], SendAck | Refused], dict[int, set[str]]]:
+    """earlier_sends, and per sender tenant of a counted request the conversation's members
+    who could get a push (qim.queries.online), in one round trip on PostgreSQL (issue #22).
+    The members are read for every counted request, also those that turn out retries."""
+    tenants = sorted({request.sender.tenant_id for request in requests if request.policy.counts_unread})
+    queries = [_earlier_query(requests)] + [capable_members(tenant_id, conversation_id) for tenant_id in tenants]
+    earlier, *members = run_together([query.query.sql_with_params() for query in queries])
+    return _earlier_from(conversation_id, earlier), {
+        tenant_id: {user_id for (user_id,) in rows} for tenant_id, rows in zip(tenants, members)
+    }
 
 
 def do_send_message(
@@ -106,7 +128,7 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
     `not_found`; then a request's `rate_refusal`; the others are written, in one transaction
     under the conversation's lock.
     """
-    outcomes = earlier_sends(conversation_id, requests)
+    outcomes, capable = _read_before_lock(conversation_id, requests)
     fresh: dict[tuple[int, str], SendRequest] = {}  # within a batch, one of each key is written
     for request in requests:
         if request.key in outcomes or request.key in fresh:
@@ -116,7 +138,7 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
         else:
             fresh[request.key] = request
     to_write = list(fresh.values())
-    online = _online_before_lock(conversation_id, to_write)
+    online = _online_before_lock(to_write, capable)
     if len(to_write) > 1:
         try:
             written = _write_sends(conversation_id, to_write, online)
@@ -128,13 +150,13 @@ def do_send_messages(conversation_id: str, requests: Sequence[SendRequest]) -> l
     return [outcomes[request.key] for request in requests]
 
 
-def _online_before_lock(conversation_id: str, requests: Sequence[SendRequest]) -> OnlineDevices:
+def _online_before_lock(requests: Sequence[SendRequest], capable: dict[int, set[str]]) -> OnlineDevices:
     """Who is connected, asked of the presence directory before the lock (qim.queries.online),
     when any request counts; per sender tenant, of which at most one owns the conversation."""
     tenants = {request.sender.tenant_id for request in requests if request.policy.counts_unread}
     online: dict = {}
     for tenant_id in sorted(tenants):
-        online.update(online_before_lock(tenant_id, conversation_id))
+        online.update(online_devices_of(tenant_id, capable[tenant_id]))
     return online or NOT_ASKED
 
 

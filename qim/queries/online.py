@@ -11,9 +11,10 @@ always was, and finds the message in its mailbox when it reconnects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Collection, Iterable, Mapping, Set
 
 from asgiref.sync import async_to_sync
+from django.db.models import QuerySet
 
 from qim.gateway.node import get_node
 from qim.models import Device, MembershipInterval, User
@@ -29,18 +30,31 @@ def online_before_lock(tenant_id: int, conversation_id: str, *, also: Iterable[s
     """The connected devices of the conversation's current members that have push credentials,
     and of `also` (users of the tenant about to join). Call it outside any transaction; another
     tenant's conversation has no members here, so it answers nobody."""
-    capable = Device.objects.exclude(push_token="", voip_token="").values("user_id")
-    members = MembershipInterval.objects.filter(
-        conversation_id=conversation_id, conversation__tenant_id=tenant_id, left_at__isnull=True,
-        user_id__in=capable,
-    ).values_list("user__username", flat=True)
-    user_ids = set(members)
+    user_ids = set(capable_members(tenant_id, conversation_id))
     also = list(also)
     if also:
         user_ids |= set(
-            User.objects.filter(tenant_id=tenant_id, username__in=also, id__in=capable)
+            User.objects.filter(tenant_id=tenant_id, username__in=also, id__in=_capable())
             .values_list("username", flat=True)
         )
+    return online_devices_of(tenant_id, user_ids)
+
+
+def capable_members(tenant_id: int, conversation_id: str) -> QuerySet:
+    """The user ids of the conversation's current members with a push-capable device, as a
+    query not yet run (a SEND batch sends it with its idempotency read, qim/actions/messages.py)."""
+    return MembershipInterval.objects.filter(
+        conversation_id=conversation_id, conversation__tenant_id=tenant_id, left_at__isnull=True,
+        user_id__in=_capable(),
+    ).values_list("user__username", flat=True)
+
+
+def online_devices_of(tenant_id: int, user_ids: Collection[str]) -> OnlineDevices:
+    """Which devices of `user_ids` (of one tenant) are connected: asks the presence directory."""
     if not user_ids:
         return NOT_ASKED
     return async_to_sync(get_node().directory.online_devices)(tenant_id, sorted(user_ids))
+
+
+def _capable() -> QuerySet:
+    return Device.objects.exclude(push_token="", voip_token="").values("user_id")
