@@ -12,13 +12,14 @@
   registered producer, and with it the upgraded `Request`, its `Headers` and body buffer
   (about 1.5 KiB). After the upgrade that producer does nothing: its request never finishes
   (`_handlingRequest` stays true) and it has no producer of its own, so its pause and resume
-  change no state anything reads. It is unregistered (`release_upgraded_request`)."""
+  change no state anything reads. It is unregistered (`release_upgraded_request`).
+* autobahn's empty send deque (760 bytes) becomes a `SendQueue` that makes one when used."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from qim.gateway.lean_protocol import HANDSHAKE_ONLY
+from qim.gateway.lean_protocol import HANDSHAKE_ONLY, SendQueue
 
 def _repr(obj: Any, *args: Any, **kwargs: Any) -> str:
     return repr(obj)
@@ -53,6 +54,9 @@ def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
             else:
                 setattr(protocol, name, None)
     release_upgraded_request(getattr(protocol, "transport", None))
+    queued = protocol.__dict__.get("send_queue")
+    if queued is not None and not queued and not isinstance(queued, SendQueue):
+        protocol.send_queue = SendQueue()
     headers = scope.get("headers")
     if isinstance(headers, list):
         headers.clear()  # the same list object daphne's clean_headers and each scope copy hold
