@@ -31,6 +31,7 @@ def snapshot(pid: int, out: str, n: int) -> tuple[tracemalloc.Snapshot, dict[str
             raise TimeoutError("no snapshot")
         time.sleep(0.2)
     snap = tracemalloc.Snapshot.load(f"{out}-{n}.snap")
+    print(Path(f"{out}-{n}.holders.txt").read_text(), end="")
     return snap, json.loads(Path(f"{out}-{n}.types.json").read_text())
 
 

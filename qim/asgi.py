@@ -8,14 +8,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qim.settings")
 django_http = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.urls import path  # noqa: E402
 
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
 from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
-from qim.gateway.origin import QimOriginValidator  # noqa: E402
+from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
+from qim.gateway.routing import WebSocketRoute  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
 from qim.recovery import RecoverOnStart  # noqa: E402
 from qim.sqlite_checkpoints import take_over as take_over_sqlite_checkpoints  # noqa: E402
@@ -34,16 +33,17 @@ hand_django_raw_bodies()
 # autobahn must not pretty-print its configuration for every socket it accepts (qim/gateway/handshake.py).
 cheapen_autobahn_handshake()
 
-websocket_routes = URLRouter([path("ws/v1", GatewayConsumer.as_asgi())])
+# Each socket's protocol reads autobahn's options from its class (qim/gateway/lean_protocol.py).
+serve_autobahn_options_from_class()
 
 # RecoverOnStart: a node finishes what a dead node left half done before it serves anything.
+# The WebSocket route checks the origin and the path like channels' OriginValidator and
+# URLRouter, without their frames and scope copy per socket (qim/gateway/routing.py).
 application = RecoverOnStart(
-    ProtocolTypeRouter(
-        {
-            "http": django_http,
-            "websocket": QimOriginValidator(websocket_routes, settings.QIM_ALLOWED_ORIGINS),
-        }
-    )
+    {
+        "http": django_http,
+        "websocket": WebSocketRoute("ws/v1", GatewayConsumer, settings.QIM_ALLOWED_ORIGINS),
+    }
 )
 
 # What start-up built (Django, DRF, Twisted, the registry, the URL maps) lives as long as the

@@ -140,12 +140,18 @@ async def ensure_recovered() -> None:
 
 
 class RecoverOnStart:
-    """ASGI wrapper: nothing is served (HTTP or WebSocket) before the startup pass is over, so
-    a restarted node never shows a half-finished recall."""
+    """ASGI application: nothing is served (HTTP or WebSocket) before the startup pass is over,
+    so a restarted node never shows a half-finished recall; then each scope type goes to its
+    route, a callable that returns the awaitable serving the scope. Routes are plain calls
+    (qim/gateway/routing.py), so this is the one frame above the consumer that stays for a
+    socket's whole life (docs/performance.md, "Second round: density")."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, routes: dict[str, Any]) -> None:
+        self.routes = routes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         await ensure_recovered()
-        return await self.app(scope, receive, send)
+        route = self.routes.get(scope["type"])
+        if route is None:
+            raise ValueError("No application configured for scope type %r" % scope["type"])
+        return await route(scope, receive, send)

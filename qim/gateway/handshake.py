@@ -7,23 +7,28 @@
 * daphne and autobahn keep the handshake's request, parsed headers and raw bytes on the
   protocol for the socket's whole life, about 2 KiB of an idle connection's memory
   (docs/performance.md, "Issue 22: density and idle cost"); nothing reads them after the
-  handshake but daphne's access log, which wants the path only (`release_handshake`)."""
+  handshake but daphne's access log, which wants the path only (`release_handshake`).
+* Twisted's HTTP channel that carried the upgrade request stays the TCP transport's
+  registered producer, and with it the upgraded `Request`, its `Headers` and body buffer
+  (about 1.5 KiB). After the upgrade that producer does nothing: its request never finishes
+  (`_handlingRequest` stays true) and it has no producer of its own, so its pause and resume
+  change no state anything reads. It is unregistered (`release_upgraded_request`).
+* autobahn's empty send deque (760 bytes) becomes a `SendQueue` that makes one when used."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from qim.gateway.lean_protocol import HANDSHAKE_ONLY, SendQueue
 
 def _repr(obj: Any, *args: Any, **kwargs: Any) -> str:
     return repr(obj)
-
 
 def install() -> None:
     """Once, at start-up, before the first socket (qim/asgi.py)."""
     import autobahn.websocket.protocol as protocol
 
     protocol.pformat = _repr  # type: ignore[attr-defined]
-
 
 class RequestPath:
     """What daphne's access log reads of `protocol.request` after the handshake."""
@@ -32,11 +37,6 @@ class RequestPath:
 
     def __init__(self, path: str) -> None:
         self.path = path
-
-
-# Autobahn's handshake state: parsed and used while the handshake is processed only.
-AUTOBAHN_HANDSHAKE = ("http_headers", "http_request_data", "http_request_params", "http_response_data")
-
 
 def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
     """Drop the handshake's leftovers from daphne's protocol under `send` (its ASGI send is
@@ -47,10 +47,30 @@ def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
     if request is None or not hasattr(request, "path"):
         return False
     protocol.request = RequestPath(request.path)
-    for name in AUTOBAHN_HANDSHAKE:
+    for name in HANDSHAKE_ONLY:
         if name in protocol.__dict__:
-            setattr(protocol, name, None)
+            if getattr(type(protocol), name, True) is None:
+                del protocol.__dict__[name]  # reads None from the class (qim/gateway/lean_protocol.py)
+            else:
+                setattr(protocol, name, None)
+    release_upgraded_request(getattr(protocol, "transport", None))
+    queued = protocol.__dict__.get("send_queue")
+    if queued is not None and not queued and not isinstance(queued, SendQueue):
+        protocol.send_queue = SendQueue()
     headers = scope.get("headers")
     if isinstance(headers, list):
         headers.clear()  # the same list object daphne's clean_headers and each scope copy hold
+    return True
+
+def release_upgraded_request(transport: Any) -> bool:
+    """Unregister the HTTP channel of an upgraded request from its TCP transport, when it is a
+    no-op producer as described above; whether it was."""
+    from twisted.web.http import HTTPChannel
+
+    channel = getattr(transport, "producer", None)
+    if not isinstance(channel, HTTPChannel) or transport.protocol is channel:
+        return False
+    if not channel._handlingRequest or channel._requestProducer is not None:
+        return False
+    transport.unregisterProducer()
     return True

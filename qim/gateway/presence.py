@@ -63,30 +63,53 @@ class PresenceDirectory(Protocol):
 
 
 class MemoryPresenceDirectory:
-    """Embedded default: one process holds every connection, so a dict is the truth."""
+    """Embedded default: one process holds every connection, so a dict is the truth.
+
+    Per user it keeps a frozenset of node ids shared by every user with the same nodes (here
+    almost always the one node) and a tuple of (node, device) pairs, not a set each: a set is
+    216 bytes even with one member, and an idle connection paid three of them
+    (docs/performance.md, "Second round: density")."""
 
     renews_entries = False
 
     def __init__(self) -> None:
-        self._nodes_by_user: dict[UserKey, set[str]] = defaultdict(set)
-        self._devices: dict[UserKey, set[tuple[str, str]]] = defaultdict(set)
-        self._watchers: dict[UserKey, set[str]] = defaultdict(set)
+        self._nodes_by_user: dict[UserKey, frozenset[str]] = {}
+        self._devices: dict[UserKey, tuple[tuple[str, str], ...]] = {}
+        self._watchers: dict[UserKey, frozenset[str]] = {}
+        self._node_sets: dict[frozenset[str], frozenset[str]] = {}
+
+    def _shared(self, nodes: frozenset[str]) -> frozenset[str]:
+        return self._node_sets.setdefault(nodes, nodes)
+
+    def _with_node(self, mapping: dict[UserKey, frozenset[str]], user: UserKey, node_id: str) -> None:
+        nodes = mapping.get(user, frozenset())
+        if node_id not in nodes:
+            mapping[user] = self._shared(nodes | {node_id})
+
+    def _without_node(self, mapping: dict[UserKey, frozenset[str]], user: UserKey, node_id: str) -> None:
+        nodes = mapping.get(user)
+        if nodes is not None and node_id in nodes:
+            if rest := nodes - {node_id}:
+                mapping[user] = self._shared(rest)
+            else:
+                del mapping[user]
 
     async def add(self, node_id: str, user: UserKey, device_id: str) -> None:
-        self._nodes_by_user[user].add(node_id)
-        self._devices[user].add((node_id, device_id))
+        self._with_node(self._nodes_by_user, user, node_id)
+        devices = self._devices.get(user, ())
+        if (node_id, device_id) not in devices:
+            self._devices[user] = (*devices, (node_id, device_id))
 
     async def remove(self, node_id: str, user: UserKey, device_id: str, *, user_gone: bool) -> None:
         devices = self._devices.get(user)
         if devices is not None:
-            devices.discard((node_id, device_id))
-            if not devices:
+            rest = tuple(pair for pair in devices if pair != (node_id, device_id))
+            if rest:
+                self._devices[user] = rest
+            else:
                 del self._devices[user]
-        nodes = self._nodes_by_user.get(user)
-        if user_gone and nodes is not None:
-            nodes.discard(node_id)
-            if not nodes:
-                del self._nodes_by_user[user]
+        if user_gone:
+            self._without_node(self._nodes_by_user, user, node_id)
 
     async def online_devices(self, tenant_id: int, user_ids: Iterable[str]) -> dict[str, set[str]]:
         found = {}
@@ -110,14 +133,10 @@ class MemoryPresenceDirectory:
         return {u: bool(self._nodes_by_user.get((tenant_id, u))) for u in user_ids}
 
     async def watch(self, node_id: str, watched: UserKey) -> None:
-        self._watchers[watched].add(node_id)
+        self._with_node(self._watchers, watched, node_id)
 
     async def unwatch(self, node_id: str, watched: UserKey) -> None:
-        nodes = self._watchers.get(watched)
-        if nodes is not None:
-            nodes.discard(node_id)
-            if not nodes:
-                del self._watchers[watched]
+        self._without_node(self._watchers, watched, node_id)
 
     async def watcher_nodes(self, watched: UserKey) -> list[str]:
         return sorted(self._watchers.get(watched, ()))

@@ -45,3 +45,26 @@ async def test_presence_never_crosses_tenants(acme: TenantHandle, globex: Tenant
     watcher = await alice.connect()
     # The same user id in another tenant is nobody here.
     assert await watcher.subscribe_presence([outsider.user_id]) == {outsider.user_id: False}
+
+
+async def test_watchers_on_one_node_come_and_go(acme: TenantHandle) -> None:
+    """The node stays a watcher of a user while any of its connections watches, stops when
+    the last one unsubscribes, and becomes one again on a new subscription (the in-process
+    directory's shared node sets, qim/gateway/presence.py)."""
+    alice, carol, erin = acme.persona("alice"), acme.persona("carol"), acme.persona("erin")
+    first, second = await alice.connect(), await carol.connect()
+    assert await first.subscribe_presence([erin.user_id]) == {erin.user_id: False}
+    assert await second.subscribe_presence([erin.user_id]) == {erin.user_id: False}
+    await first.close()
+    erin_phone = await erin.connect(device_id="phone")
+    online = await second.next_push(timeout=30, type="PRESENCE")
+    assert (online["user_id"], online["online"]) == (erin.user_id, True)
+
+    await second.request("PRESENCE_UNSUB", user_ids=[erin.user_id])
+    await erin_phone.close()
+    await assert_no_push(second, 2.0)  # nobody on this node watches erin any more
+
+    assert await second.subscribe_presence([erin.user_id]) == {erin.user_id: False}
+    await erin.connect(device_id="laptop")
+    again = await second.next_push(timeout=30, type="PRESENCE")
+    assert (again["user_id"], again["online"]) == (erin.user_id, True)
