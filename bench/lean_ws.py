@@ -161,7 +161,10 @@ class LeanWebSocket(asyncio.Protocol):
             self.transport.write(b"".join(encode_frame(OP_TEXT, text.encode()) for text in texts))
 
     async def recv(self, timeout: float = 30.0) -> bytes:
-        """The next text message (only while `on_text` is unset)."""
+        """The next text message (only while `on_text` is unset); one already here is taken
+        without wait_for's task."""
+        if not self._inbox.empty():
+            return self._inbox.get_nowait()
         return await asyncio.wait_for(self._inbox.get(), timeout)
 
     def abort(self) -> None:

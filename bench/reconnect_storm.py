@@ -63,6 +63,11 @@ class Storm:
                 proc.kill()
 
 
+def _ms(value: float) -> int | None:
+    """A rounded figure; None when no client finished (NaN)."""
+    return None if value != value else round(value)
+
+
 def summary(server: str, parts: list[dict[str, Any]], expected: int) -> dict[str, Any]:
     """One phase's figures over every client process."""
     took, mailbox, room = array("f"), array("i"), array("i")
@@ -80,9 +85,9 @@ def summary(server: str, parts: list[dict[str, Any]], expected: int) -> dict[str
     return {
         "server": server, "clients": len(took), "failed": failed, "seconds": round(seconds, 2),
         "per_s": round(len(took) / seconds) if seconds else None,
-        "p50_ms": round(percentile(ms, 50)), "p99_ms": round(percentile(ms, 99)), "max_ms": round(max(ms, default=0)),
-        "open_p50_ms": round(percentile(list(opened), 50) * 1000),
-        "auth_ok_p50_ms": round(percentile(list(authed), 50) * 1000) if expected else None,
+        "p50_ms": _ms(percentile(ms, 50)), "p99_ms": _ms(percentile(ms, 99)), "max_ms": round(max(ms, default=0)),
+        "open_p50_ms": _ms(percentile(list(opened), 50) * 1000),
+        "auth_ok_p50_ms": _ms(percentile(list(authed), 50) * 1000) if expected else None,
         "mailbox_events": sum(mailbox), "room_events": sum(room), "missed": missed + failed * 2 * expected,
         "extra": sum(max(0, n - expected) for n in mailbox) + sum(max(0, n - expected) for n in room),
         "failures": [f for p in parts for f in p["failures"]][:3],
