@@ -155,8 +155,16 @@ class LeanWebSocket(asyncio.Protocol):
     def send_text(self, text: str | bytes) -> None:
         self._write(OP_TEXT, text.encode() if isinstance(text, str) else text)
 
+    def send_texts(self, texts: list[str]) -> None:
+        """Several text frames in one write (a reconnect's AUTH, SYNC and ROOM_JOIN)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(encode_frame(OP_TEXT, text.encode()) for text in texts))
+
     async def recv(self, timeout: float = 30.0) -> bytes:
-        """The next text message (only while `on_text` is unset)."""
+        """The next text message (only while `on_text` is unset); one already here is taken
+        without wait_for's task."""
+        if not self._inbox.empty():
+            return self._inbox.get_nowait()
         return await asyncio.wait_for(self._inbox.get(), timeout)
 
     def abort(self) -> None:

@@ -62,9 +62,26 @@ def _joined(client: Client, batch: dict, replay: bool) -> int:
     return newer
 
 
-async def catch_up(client: Client, host: str, port: int, path: str, replay: bool, timeout: float) -> tuple[int, int]:
-    """Connect, AUTH, then SYNC from the position and ROOM_JOIN (with replay when `replay`)
-    sent together: answers (mailbox events, room events) newer than the client's positions."""
+def _auth_text(token: str) -> str:
+    return json.dumps({"type": "AUTH", "req_id": "a", "token": token, "device_id": "populated"})
+
+
+def _authed(first: bytes) -> None:
+    """AUTH's answer, checked by its first bytes (AUTH_OK is the server's largest reply, its
+    limits, and the client needs none of it): anything else is a refusal."""
+    if not first.startswith(AUTH_OK_PREFIX):
+        raise RuntimeError(f"AUTH refused: {first[:300]!r}")
+
+
+AUTH_OK_PREFIX = b'{"type":"AUTH_OK"'
+
+
+async def catch_up(client: Client, host: str, port: int, path: str, replay: bool, timeout: float,
+                   pipeline: bool = True) -> tuple[int, int]:
+    """Connect, AUTH, SYNC from the position and ROOM_JOIN (with replay when `replay`):
+    answers (mailbox events, room events) newer than the client's positions. `pipeline`
+    writes the three frames at once (the server handles a socket's frames in order, AUTH
+    first; protocol.md §4); otherwise SYNC and ROOM_JOIN go together after AUTH_OK."""
     from lean_ws import connect
 
     began = time.monotonic()
@@ -72,13 +89,18 @@ async def catch_up(client: Client, host: str, port: int, path: str, replay: bool
     client.opened_s = time.monotonic() - began
     if client.token is None:
         return 0, 0
-    await _auth(ws, client.token, timeout)
-    client.authed_s = time.monotonic() - began
     join: dict[str, Any] = {"type": "ROOM_JOIN", "req_id": "j", "room_id": client.room_id}
     if replay:
         join["after_room_seq"] = client.room_seq
-    ws.send_text(json.dumps({"type": "SYNC", "req_id": "s", "after_mailbox_seq": client.mailbox_seq}))
-    ws.send_text(json.dumps(join))
+    asks = [json.dumps({"type": "SYNC", "req_id": "s", "after_mailbox_seq": client.mailbox_seq}), json.dumps(join)]
+    if pipeline:
+        ws.send_texts([_auth_text(client.token), *asks])
+        _authed(await ws.recv(timeout))
+    else:
+        ws.send_text(_auth_text(client.token))
+        _authed(await ws.recv(timeout))
+        ws.send_texts(asks)
+    client.authed_s = time.monotonic() - began
     mailbox, room, more = 0, None, True
     while more or room is None:
         frame = json.loads(await ws.recv(timeout))
@@ -95,11 +117,11 @@ async def catch_up(client: Client, host: str, port: int, path: str, replay: bool
     return mailbox, room
 
 
-async def _all(clients: list[Client], url_parts: tuple[str, int, str], replay: bool, concurrency: int,
-               timeout: float) -> dict[str, Any]:
+async def _all(clients: list[Client], url_parts: tuple[str, int, str], replay: bool, params: dict) -> dict[str, Any]:
     """Every client catches up at once (at most `concurrency` in flight); its time to caught-up
     from its own first attempt, and what it got."""
-    gate = asyncio.Semaphore(concurrency)
+    gate = asyncio.Semaphore(params["concurrency"])
+    timeout, pipeline = params["timeout_s"], params.get("pipeline", True)
     took, opened, authed = array("f"), array("f"), array("f")
     got = {"mailbox": array("i"), "room": array("i")}
     failures: list[str] = []
@@ -109,7 +131,7 @@ async def _all(clients: list[Client], url_parts: tuple[str, int, str], replay: b
             began = time.monotonic()
             for attempt in range(3):
                 try:
-                    mailbox, room = await catch_up(client, *url_parts, replay, timeout)
+                    mailbox, room = await catch_up(client, *url_parts, replay, timeout, pipeline)
                     break
                 except (OSError, TimeoutError, asyncio.TimeoutError, ConnectionError, RuntimeError) as exc:
                     if client.ws is not None:
@@ -142,10 +164,9 @@ def client_process(url: str, clients: list[Client], params: dict, ready, drop, s
     raise_nofile()
     parsed = urlparse(url)
     parts = (parsed.hostname or "127.0.0.1", parsed.port or 80, parsed.path or "/")
-    concurrency, timeout = params["concurrency"], params["timeout_s"]
 
     async def main() -> None:
-        ready.put(await _all(clients, parts, False, concurrency, timeout))
+        ready.put(await _all(clients, parts, False, params))
         await wait_event(drop, 0.01)
         for client in clients:
             if client.ws is not None:
@@ -153,7 +174,7 @@ def client_process(url: str, clients: list[Client], params: dict, ready, drop, s
                 client.ws = None
         ready.put({"dropped": len(clients)})
         await wait_event(storm, 0.002)
-        ready.put(await _all(clients, parts, True, concurrency, timeout))
+        ready.put(await _all(clients, parts, True, params))
         await wait_event(stop, 0.1)
         for client in clients:
             if client.ws is not None:

@@ -21,7 +21,8 @@ class LeaseStore(Protocol):
         """Take the lease if nobody holds it."""
 
     async def renew(self, key: str, holder: str, ttl_s: float) -> bool:
-        """Extend the lease if `holder` still holds it; False means it was lost."""
+        """Extend the lease if `holder` still holds it (in-process: or held it last and
+        nobody took it since); False means it was lost."""
 
     async def release(self, key: str, holder: str) -> None:
         """Give the lease up if `holder` holds it."""
@@ -47,7 +48,10 @@ class MemoryLeaseStore:
         return True
 
     async def renew(self, key: str, holder: str, ttl_s: float) -> bool:
-        if self._current(key) != holder:
+        # A lease that lapsed while this process's loop stalled (a reconnect storm) and that
+        # nobody took since is still its holder's: one process, so no other writer can exist.
+        lease = self._leases.get(key)
+        if lease is None or lease[0] != holder:
             return False
         self._leases[key] = (holder, time.monotonic() + ttl_s)
         return True

@@ -102,6 +102,8 @@ class RoomService:
         async with self._locks.setdefault(key, asyncio.Lock()):
             if key in self.writers and self.writers[key].holds_lease():
                 return self.node.node_id
+            if await self._renewed(key):
+                return self.node.node_id
             started = time.monotonic()
             # One lease value per tenure, not per process: when this process takes a room
             # again (its lease vanished with an emptied Redis), the other nodes see the holder
@@ -112,6 +114,20 @@ class RoomService:
                 return node_of(holder) if holder else None
             await self._become_writer(key, started, tenure)
         return self.node.node_id
+
+    async def _renewed(self, key: str) -> bool:
+        """Keep our writer (its epoch and ring) when its lease lapsed by this node's clock only,
+        the loop stalled past the renewal (a reconnect storm), and the store still has it ours:
+        replays go on instead of every member refetching a new epoch."""
+        writer = self.writers.get(key)
+        if writer is None:
+            return False
+        started = time.monotonic()
+        if not await self.leases.renew(key, writer.holder, self.lease_ttl_s):
+            return False
+        writer.lease_valid_until = started + self.lease_ttl_s * 0.9
+        self.node.counters["room_leases_renewed_late"] += 1
+        return True
 
     async def _become_writer(self, key: str, lease_started: float, tenure: str) -> None:
         tenant_id, room_id = split_key(key)

@@ -237,7 +237,8 @@ class RoomWriter:
     async def check_fence(self) -> None:
         """Refuse (NOT_WRITER: the caller finds the room's writer again) unless the lease is
         ours by the clock and, when there is a fence, by Redis too. A writer refused here stays
-        refused: the lease is gone for good, the next writer has epoch + 1."""
+        refused unless the store still has its lease (RoomService._renewed: a stalled loop, in
+        one process); otherwise the lease is gone for good, the next writer has epoch + 1."""
         if self.holds_lease() and (self.fence is None or await self.fence()):
             return
         self.lease_valid_until = 0.0

@@ -49,7 +49,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
     channel_layer_alias = "qim.gateway.no-per-consumer-channel"
 
     conn: Connection | None = None
-    _auth_timer: asyncio.Task[None] | None = None
+    _auth_timer: asyncio.TimerHandle | None = None
     # Daphne's socket under this consumer when pushes may bypass autobahn (qim/gateway/wire.py).
     _socket: DaphneSocket | None = None
 
@@ -85,12 +85,15 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         metrics.count_socket_accepted()
         self._socket = DaphneSocket.under(self.base_send)
         release_handshake(self.base_send, self.scope)
-        self._auth_timer = asyncio.create_task(self._close_unless_authenticated())
+        # A timer, not a task: a reconnect storm's sockets each made a task and woke it to cancel it.
+        self._auth_timer = asyncio.get_running_loop().call_later(limit("auth_timeout_s"), self._auth_timed_out)
 
-    async def _close_unless_authenticated(self) -> None:
-        await asyncio.sleep(limit("auth_timeout_s"))
+    def _auth_timed_out(self) -> None:
+        self._auth_timer = None
         if self.conn is None:
-            await self.close(code=CLOSE_AUTH_TIMEOUT)
+            self._closing_task = asyncio.ensure_future(self.close(code=CLOSE_AUTH_TIMEOUT))
+
+    _closing_task: asyncio.Future[None] | None = None
 
     async def disconnect(self, code: int) -> None:
         metrics.count_socket_closed(code)

@@ -7,11 +7,8 @@ from typing import Any
 
 import msgspec
 
-from django.db.models import F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
-
 from qim.gateway.fit import fit_list
-from qim.models import UserMailboxEntry
+from qim.queries.mailbox_rows import EntryRow, entry_rows
 from qim.queries.retention import mailbox_truncated
 from qim.render import mailbox_event
 
@@ -77,37 +74,26 @@ def _page_size(request: SyncRequest) -> int:
     return min(max(1, request.limit or SYNC_DEFAULT_LIMIT), SYNC_MAX_LIMIT)
 
 
-def _entries_after(requests: list[SyncRequest]) -> dict[int, list[UserMailboxEntry]]:
+def _entries_after(requests: list[SyncRequest]) -> dict[int, list[EntryRow]]:
     """Up to page size + 1 entries after each request's cursor, ascending, by user (one
-    request per user here)."""
-    if len(requests) == 1:
-        (request,) = requests
-        return {request.user_pk: list(_entries(Q(user_id=request.user_pk, mailbox_seq__gt=request.after_mailbox_seq))
-                                      .order_by("mailbox_seq")[: _page_size(request) + 1])}
-    after = Q()
-    for request in requests:
-        after |= Q(user_id=request.user_pk, mailbox_seq__gt=request.after_mailbox_seq)
-    rank = Window(RowNumber(), partition_by=F("user_id"), order_by=F("mailbox_seq").asc())
+    request per user here), read as plain rows in one statement (qim/queries/mailbox_rows.py)."""
     size = {request.user_pk: _page_size(request) + 1 for request in requests}
-    by_user: dict[int, list[UserMailboxEntry]] = {}
-    for entry in _entries(after).annotate(rank=rank).filter(rank__lte=max(size.values())).order_by("user_id", "mailbox_seq"):
-        if entry.rank <= size[entry.user_id]:
-            by_user.setdefault(entry.user_id, []).append(entry)
+    by_user: dict[int, list[EntryRow]] = {}
+    for entry in entry_rows([(r.user_pk, r.after_mailbox_seq) for r in requests], max(size.values())):
+        rows = by_user.setdefault(entry.user_id, [])
+        if len(rows) < size[entry.user_id]:
+            rows.append(entry)
     return by_user
 
 
-def _entries(where: Q) -> QuerySet[UserMailboxEntry]:
-    return UserMailboxEntry.objects.filter(where).select_related("conversation", "message__sender")
-
-
-def _page(request: SyncRequest, rows: list[UserMailboxEntry]) -> SyncPage:
+def _page(request: SyncRequest, rows: list[EntryRow]) -> SyncPage:
     """The page of one request from its entries after the cursor (at most page size + 1)."""
     user_pk, device_id, after_mailbox_seq = request.user_pk, request.device_id, request.after_mailbox_seq
     limit = _page_size(request)
     has_more = len(rows) > limit
     rows = rows[:limit]
     events = [
-        mailbox_event(entry, entry.conversation)
+        mailbox_event(entry, entry.conversation)  # type: ignore[arg-type]
         for entry in rows
         if entry.origin_device_id != device_id
     ]
