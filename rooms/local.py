@@ -151,6 +151,7 @@ class LocalRooms:
         # Encoded and framed once: the same bytes go to every member socket (qim/gateway/wire.py).
         batches = room_batches(room.meta, events)
         frames = [batch.frame for batch in batches]
+        first = min(event["room_seq"] for event in events)
         cap, max_buffered = self.budget.cap(), settings.QIM_MAX_OUTBOUND_BUFFER_BYTES
         give_way = TICK_GIVE_WAY_S
         slice_ends = now = 0.0
@@ -168,9 +169,15 @@ class LocalRooms:
                     # The budget counts a slice's frames as sent when it began: at most a
                     # millisecond early, against a window of RATE_SLACK seconds.
                     now = time.monotonic()
+                # A member whose join reached into this tick's events gets the rest alone; one
+                # whose join is older than all of them is a usual member (the first tick after a
+                # join burst had every member here, each encoded alone: issue 22, two nodes).
                 if room.live_after and conn in room.live_after:
-                    await self._deliver_after(conn, room, events, room.live_after.pop(conn))
-                    continue
+                    after = room.live_after.pop(conn)
+                    if after >= first:
+                        self.counters["room_writes_after_join"] += 1
+                        await self._deliver_after(conn, room, events, after)
+                        continue
                 done = self._write_now(conn, room.key, frames, cap, now, max_buffered)
                 if done < 0:
                     await self._deliver(conn, room.key, room.meta, batches)
