@@ -189,8 +189,10 @@ def run_two_nodes(plan: Plan, work_dir: Path) -> dict[str, Any]:
     try:
         db = backend.database("big2")
         env = {"QIM_REDIS_URL": redis.url}
-        a = start_node(db, work_dir, "big2-a", env)
-        b = start_node(db, work_dir, "big2-b", env)
+        # The room's message rate raised as in room_fanout.py's run of this case: at its
+        # default a sender at 20/s was refused a few (rate_limited) whenever its timer bunched.
+        a = start_node(db, work_dir, "big2-a", env, run_env=MSG_RATE_ENV)
+        b = start_node(db, work_dir, "big2-b", env, run_env=MSG_RATE_ENV)
         _, tokens = qim_setup(a, BigPlan(plan).two_nodes + 1, work_dir)
         become_writer(a, tokens[-1], ROOM)
         return two_nodes_big(plan, a, b, ROOM, tokens)

@@ -68,3 +68,25 @@ async def test_a_burst_of_joins_on_the_other_node(cluster: QimDeployment, cluste
     assert requests == JOINERS and 1 <= calls < JOINERS  # coalesced: fewer writer calls than joins
     await cluster_acme.close_clients()
     await cluster_globex.close_clients()
+
+
+async def test_the_first_tick_after_the_joins_writes_them_as_usual_members(cluster: QimDeployment, cluster_acme) -> None:  # type: ignore[no-untyped-def]
+    """Members whose joins were answered before the room's next event are usual members of
+    that tick: each gets every new event once, in order, on both nodes (the first tick after
+    a join burst of 5 000 had every member on a slow path of its own: issue 22, two nodes;
+    rolling ticks now write each member from its own sent_upto, rooms/local_room.py)."""
+    n1, n2 = cluster.nodes
+    owner = cluster_acme.persona("first-tick-owner")
+    room = create_room(owner)
+    o = await owner.connect(n1)
+    await join(o, room)
+    await room_send(o, room, "before")
+    clients = [await cluster_acme.persona(f"first-tick{i}").connect(n1 if i % 2 else n2) for i in range(JOINERS)]
+    await asyncio.gather(*(join(c, room) for c in clients))
+    seqs = [(await room_send(o, room, f"after {i}"))["room_seq"] for i in range(AFTER)]
+    for i, client in enumerate(clients):
+        live = await collect_room_events(client, room, AFTER, timeout=60)
+        assert [e["room_seq"] for e in live] == seqs, i
+    with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+        await clients[0].next_push(timeout=1.0, type="ROOM_BATCH")  # nothing twice
+    await cluster_acme.close_clients()
