@@ -185,18 +185,23 @@ class DaphneSocket:
         return QUEUED
 
     def _send(self, data: bytes, buffered: int) -> int:
-        transport = self.transport
-        if not buffered:
-            try:
-                sent = transport.socket.send(data)
-            except OSError:
-                # EAGAIN, or a reset: Twisted's own doWrite meets the error and closes.
-                sent = 0
-            if sent == len(data):
-                return DIRECT
-            data = data[sent:]
-        transport.write(data)
-        return QUEUED
+        return send_or_queue(self.transport, data, buffered)
+
+
+def send_or_queue(transport: tcp.Server, data: bytes, buffered: int) -> int:
+    """One `send()` when Twisted holds nothing for the socket (`buffered` == 0), the rest (or
+    all of it) queued behind what Twisted holds: DIRECT or QUEUED."""
+    if not buffered:
+        try:
+            sent = transport.socket.send(data)
+        except OSError:
+            # EAGAIN, or a reset: Twisted's own doWrite meets the error and closes.
+            sent = 0
+        if sent == len(data):
+            return DIRECT
+        data = data[sent:]
+    transport.write(data)
+    return QUEUED
 
 
 def write_control(protocol: Any, data: bytes) -> bool:
@@ -218,14 +223,5 @@ def write_control(protocol: Any, data: bytes) -> bool:
         or transport._writeDisconnected
     ):
         return False
-    buffered = twisted_buffered(transport)
-    if not buffered:
-        try:
-            sent = transport.socket.send(data)
-        except OSError:
-            sent = 0  # EAGAIN, or a reset: Twisted's own doWrite meets the error and closes
-        if sent == len(data):
-            return True
-        data = data[sent:]
-    transport.write(data)
+    send_or_queue(transport, data, twisted_buffered(transport))
     return True

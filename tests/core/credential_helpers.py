@@ -46,6 +46,16 @@ async def open_session(node: QimNode, token: str, device_id: str) -> Any:
     return (await authenticated(node, token, device_id))[0]
 
 
+async def reply(ws: Any, frame: dict[str, Any]) -> dict[str, Any]:
+    """Send a request and answer its reply (pushes in between are skipped)."""
+    await ws.send(json.dumps(frame))
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            answer = json.loads(await ws.recv())
+            if answer.get("req_id") == frame["req_id"]:
+                return answer
+
+
 async def frames_until_closed(ws: Any, timeout: float = WAIT_S) -> tuple[list[dict], int | None]:
     """Every frame the server sends until it closes the socket, and its close code."""
     frames: list[dict] = []

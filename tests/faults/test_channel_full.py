@@ -60,9 +60,12 @@ async def test_pushes_dropped_on_a_full_channel_are_healed_by_sync_and_replay(sm
         dms = [(await a1.send_text(conversation, f"dm {i}"))["message_id"] for i in range(SENDS)]
         for i in range(SENDS):
             assert await acks.send(a1, room, f"room {i}") is not None
-        assert dropped(small_channels, n1) >= 2 * SENDS - CAPACITY
+        # Node 2's channel holds CAPACITY; one more may be taken by the blocking pop node 2
+        # had pending in Redis when it was stopped (Redis hands it to the stopped client's
+        # socket). Every other message to node 2 is refused and counted.
+        assert dropped(small_channels, n1) >= 2 * SENDS - CAPACITY - 1
         # /metrics counts the same drops (qim/metrics/collector.py).
-        assert scrape(f"{n1.http_url}/metrics").value("qim_channel_full_total") >= 2 * SENDS - CAPACITY
+        assert scrape(f"{n1.http_url}/metrics").value("qim_channel_full_total") >= 2 * SENDS - CAPACITY - 1
     finally:
         os.kill(n2.process.pid, signal.SIGCONT)
 

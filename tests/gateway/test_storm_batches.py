@@ -5,7 +5,6 @@ room lookups run together (rooms/access.py), on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import QimDeployment
-from tests.core.credential_helpers import WAIT_S, open_session
+from tests.core.credential_helpers import open_session, reply
 from tests.harness.personas import api_ok
 
 MESSAGES = 12
@@ -22,16 +21,6 @@ MESSAGES = 12
 @pytest.fixture(scope="module", params=["embedded", "cluster"])
 def deployment(request: pytest.FixtureRequest) -> Iterator[QimDeployment]:
     yield request.getfixturevalue(request.param)
-
-
-async def reply(ws: Any, frame: dict[str, Any]) -> dict[str, Any]:
-    """Send a request and answer its reply (pushes in between are skipped)."""
-    await ws.send(json.dumps(frame))
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            answer = json.loads(await ws.recv())
-            if answer.get("req_id") == frame["req_id"]:
-                return answer
 
 
 async def sessions(deployment: QimDeployment, tenant: str, names: list[str]) -> dict[str, Any]:

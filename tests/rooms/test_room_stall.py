@@ -6,7 +6,6 @@ in-process, so nobody can, and the room goes on at the same epoch (rooms/service
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import QimDeployment, start_embedded
-from tests.core.credential_helpers import WAIT_S, open_session
+from tests.core.credential_helpers import open_session, reply
 from tests.rooms.room_helpers import create_room, epoch_of
 
 LEASE_TTL_S = 1.0
@@ -28,16 +27,6 @@ def short_leases(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeploymen
     deployment = start_embedded(sqlite_template, work_dir, extra_env={"QIM_ROOM_LEASE_TTL_S": str(LEASE_TTL_S)})
     yield deployment
     deployment.stop()
-
-
-async def reply(ws: Any, frame: dict[str, Any]) -> dict[str, Any]:
-    """Send a request and answer its reply (pushes in between are skipped)."""
-    await ws.send(json.dumps(frame))
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            answer = json.loads(await ws.recv())
-            if answer.get("req_id") == frame["req_id"]:
-                return answer
 
 
 async def room_send(ws: Any, room: str, text: str) -> int:
