@@ -6,8 +6,9 @@ life, URLRouter with its own copy of the scope: about 1.4 KiB per idle connectio
 a plain call that returns the consumer's coroutine (or the denier's), so nothing of it stays
 once the socket is served: the origin check is `QimOriginValidator.valid_origin` on the same
 parsed Origin header, the path is matched by the same Django route pattern after the same
-`root_path` handling, and a path that matches nothing raises URLRouter's ValueError. The
-route has no converters, so the scope gets no `url_route` (nothing reads it)."""
+`root_path` handling. A path that matches nothing is refused like a bad origin, HTTP 403
+before the socket opens (URLRouter raised, which daphne answered with a 500 and a logged
+traceback). The route has no converters, so the scope gets no `url_route` (nothing reads it)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,10 @@ class WebSocketRoute:
     def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[Any]:
         if scope["type"] != "websocket":
             raise ValueError("You cannot use OriginValidator on a non-WebSocket connection")
-        if not self.origins.valid_origin(parsed_origin(scope)):
+        path, root_path = scope.get("path") or "", scope.get("root_path", "")
+        routed = path.startswith(root_path) and self.matches(path[len(root_path):])
+        if not routed or not self.origins.valid_origin(parsed_origin(scope)):
             return WebsocketDenier()(scope, receive, send)
-        path = scope.get("path")
-        if path is None:
-            raise ValueError("No 'path' key in connection scope, cannot route URLs")
-        root_path = scope.get("root_path", "")
-        if (root_path and not path.startswith(root_path)) or not self.matches(path[len(root_path):]):
-            raise ValueError("No route found for path %r." % path)
         return self.consumer_class()(scope, receive, send)
 
     def matches(self, path: str) -> bool:

@@ -76,6 +76,10 @@ async def test_the_route_honours_root_path_and_the_origin_list(lean: QimDeployme
     with pytest.raises(websockets.InvalidStatus) as refused:
         await websockets.connect(chat_url(lean), origin="http://evil.example")
     assert refused.value.response.status_code == 403
+    for elsewhere in ("/chat/ws/v2", "/chat/", "/ws/v1"):  # another path; outside the root path
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(f"ws://127.0.0.1:{lean.node.port}{elsewhere}")
+        assert refused.value.response.status_code == 403, elsewhere
 
 
 async def test_a_released_socket_serves_pushes_and_replies_in_order(lean: QimDeployment) -> None:
