@@ -21,14 +21,17 @@ from typing import Any
 
 from qim.gateway.lean_protocol import HANDSHAKE_ONLY, SendQueue
 
+
 def _repr(obj: Any, *args: Any, **kwargs: Any) -> str:
     return repr(obj)
+
 
 def install() -> None:
     """Once, at start-up, before the first socket (qim/asgi.py)."""
     import autobahn.websocket.protocol as protocol
 
     protocol.pformat = _repr  # type: ignore[attr-defined]
+
 
 class RequestPath:
     """What daphne's access log reads of `protocol.request` after the handshake."""
@@ -37,6 +40,7 @@ class RequestPath:
 
     def __init__(self, path: str) -> None:
         self.path = path
+
 
 def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
     """Drop the handshake's leftovers from daphne's protocol under `send` (its ASGI send is
@@ -61,6 +65,7 @@ def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
     if isinstance(headers, list):
         headers.clear()  # the same list object daphne's clean_headers and each scope copy hold
     return True
+
 
 def release_upgraded_request(transport: Any) -> bool:
     """Unregister the HTTP channel of an upgraded request from its TCP transport, when it is a

@@ -16,6 +16,7 @@ from tests.conftest import QimDeployment, TENANT_NAMES
 from tests.harness.ping_socket import CLOSE, PingSocket
 from tests.harness.qim_process import QimNode, sqlite_database
 
+
 @pytest.fixture(scope="module")
 def keepalive(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:
     """One embedded node in ping mode pinging idle sockets every second, closing them 2 s after an
