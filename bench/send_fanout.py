@@ -10,7 +10,8 @@ The per-user message rate is raised for this run (QIM_PER_USER_MSG_RATE=100000):
 the write path, not the limiter. Senders wait for each ACK (closed loop), several users at once,
 in a load process of their own (the `websockets` client, compression off: four sockets are no
 load). --quick runs 2 s per case instead of 5 s, without SQLite at 10 000 members and the COPY
-baseline below 1 000. --profile samples the server with py-spy during each case (raw stacks in
+baseline below 1 000. Where the COPY baseline runs, QIM's case and COPY's alternate in short
+slices (bench/send_slices.py), so both see the same moments of a shared machine. --profile samples the server with py-spy during each case (raw stacks in
 DIR, a summary in the output). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
 baseline's at 1 000 members on PostgreSQL (issue #22).
 """
@@ -26,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from send_baselines import COPY_BATCH, copy_baseline, raw_sql_baseline
+from send_baselines import COPY_BATCH, raw_sql_baseline
+from send_slices import SliceTotals, alternate
 from pyspy import Sampler, print_summary, summarize as summarize_profile
 from common import (
     Backend,
-    CpuMeter,
     bootstrap,
     emit,
     mean,
@@ -48,18 +49,23 @@ SENDERS = 4
 # in full runs.
 QUICK_SQLITE_MAX_SIZE = 1000
 QUICK_COPY_MIN_SIZE = 1000
+# Where the COPY baseline runs, QIM's case and COPY's alternate in this many rounds of one
+# slice each (bench/send_slices.py): 0.5 s slices in --quick, 1 s in full runs.
+QUICK_ROUNDS = 4
+ROUNDS = 5
 
 
 def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds: float) -> dict[str, Any]:
     """One load process: each token sends text SENDs back to back for `seconds`."""
     import websockets
 
-    async def one(token: str, index: int) -> list[float]:
+    async def one(token: str, index: int) -> tuple[list[float], float, float]:
         latencies = []
         async with websockets.connect(ws_url, max_size=None, compression=None) as ws:
             await ws.send(json.dumps({"type": "AUTH", "token": token, "device_id": "populated"}))
             assert json.loads(await ws.recv())["type"] == "AUTH_OK"
-            deadline = time.monotonic() + seconds
+            began = time.monotonic()
+            deadline = began + seconds
             n = 0
             while time.monotonic() < deadline:
                 n += 1
@@ -77,15 +83,16 @@ def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds
                 if frame["type"] != "ACK":
                     raise RuntimeError(frame)
                 latencies.append((time.perf_counter() - started) * 1000)
-        return latencies
+        return latencies, began, time.monotonic()
 
-    async def main() -> list[list[float]]:
+    async def main() -> list[tuple[list[float], float, float]]:
         return await asyncio.gather(*(one(t, i) for i, t in enumerate(tokens)))
 
-    started = time.monotonic()
     per_sender = asyncio.run(main())
-    elapsed = time.monotonic() - started
-    flat = [x for lat in per_sender for x in lat]
+    # From the first sender's start after AUTH to the last ACK: connecting is not sending,
+    # and slices (bench/send_slices.py) would otherwise pay it once each.
+    elapsed = max(end for _, _, end in per_sender) - min(began for _, began, _ in per_sender)
+    flat = [x for lat, _, _ in per_sender for x in lat]
     return {"acks": len(flat), "elapsed": elapsed, "latencies": flat}
 
 
@@ -150,15 +157,14 @@ def make_groups(node, sizes: list[int], work_dir: Path) -> dict[int, str]:  # ty
     return groups
 
 
-def copy_case(backend: Backend, kind: str, size: int, seconds: float, quick: bool) -> dict[str, Any] | None:
-    """The COPY baseline (send_baselines.copy_baseline) in a throwaway database; PostgreSQL only."""
+def copy_database(backend: Backend, kind: str, size: int, quick: bool):  # type: ignore[no-untyped-def]
+    """The COPY baseline's throwaway database (send_baselines), or None where it does not run:
+    PostgreSQL only, and in --quick only from QUICK_COPY_MIN_SIZE members."""
     if kind != "postgres" or (quick and size < QUICK_COPY_MIN_SIZE):
         return None
     db = backend.database(f"copy_{size}")
     settle(db)
-    out = run_in_processes(copy_baseline, [(pg_url(db), size, seconds)])[0]
-    drop(db)
-    return out
+    return db
 
 
 def copy_columns(copied: dict[str, Any] | None, sends: float, size: int) -> dict[str, Any]:
@@ -169,6 +175,59 @@ def copy_columns(copied: dict[str, Any] | None, sends: float, size: int) -> dict
     return {
         "copy_sends_per_s": round(copy_sends, 1), "copy_rows_per_s": round(copy_sends * size),
         "qim_vs_copy": round(sends / copy_sends, 3) if copy_sends else None,
+    }
+
+
+def run_case(backend: Backend, db, node, admin_token: str, size: int, group: str, sender_tokens: list[str],  # type: ignore[no-untyped-def]
+             seconds: float, profile_dir: Path | None, quick: bool) -> dict[str, Any]:
+    """One group size: QIM's SENDs alternated with the COPY baseline (send_slices), then the
+    raw-SQL baseline; answers the case's row of the table."""
+    kind = backend.kind
+    settle(db)
+    counters_before = node.stats(admin_token)["counters"]
+    copy_db = copy_database(backend, kind, size, quick)
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    sampler = None
+    if profile_dir is not None:
+        span = seconds * (2 if copy_db is not None else 1) + rounds * 2
+        sampler = Sampler(node.process.pid, span, profile_dir / f"send_fanout-{kind}-{size}.txt")
+
+    def send(piece: float) -> dict[str, Any]:
+        return run_in_processes(sender_process, [(node.ws_url, sender_tokens, group, piece)])[0]
+
+    totals, copied = alternate(send, copy_db and pg_url(copy_db), size, seconds, rounds,
+                               [node.process.pid], database_pids(backend))
+    if copy_db is not None:
+        drop(copy_db)
+    if sampler is not None and (path := sampler.wait()) is not None:
+        PROFILES[f"{kind}-{size}"] = summarize_profile(path)
+    batches = _delta(node.stats(admin_token)["counters"], counters_before, "send_batches")
+    baseline_db = backend.database(f"baseline_{kind}_{size}")
+    settle(baseline_db)
+    raw = run_in_processes(raw_sql_baseline, [(kind, baseline_db.url if kind == "sqlite" else pg_url(baseline_db),
+                                               size, seconds)])[0]
+    drop(baseline_db)
+    return case_row(kind, size, totals, batches, raw, copied)
+
+
+def case_row(kind: str, size: int, totals: SliceTotals, batches: int, raw: dict[str, Any],
+             copied: dict[str, Any] | None) -> dict[str, Any]:
+    out = totals.out()
+    sends = out["acks"] / out["elapsed"]
+    raw_sends = raw["messages"] / raw["elapsed"]
+    server_cpu, db_cpu = totals.cpu_pct()
+    return {
+        "backend": kind, "members": size, "senders": SENDERS,
+        "sends_per_s": round(sends, 1), "mailbox_rows_per_s": round(sends * size),
+        "ack_p50_ms": round(percentile(out["latencies"], 50), 1),
+        "ack_p99_ms": round(percentile(out["latencies"], 99), 1),
+        "ack_mean_ms": round(mean(out["latencies"]), 1),
+        "sends_per_transaction": round(out["acks"] / batches, 2) if batches else None,
+        "server_cpu_pct": server_cpu, "postgres_cpu_pct": db_cpu if kind == "postgres" else None,
+        "raw_sql_sends_per_s": round(raw_sends, 1),
+        "raw_sql_rows_per_s": round(raw_sends * size),
+        "qim_vs_raw_sql": round(sends / raw_sends, 3) if raw_sends else None,
+        **copy_columns(copied, sends, size),
     }
 
 
@@ -186,40 +245,8 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
             sender_tokens = list(tokens["users"].values())[:SENDERS]
             for size in sizes:
                 print(f"send_fanout: {kind} {size} members at {time.monotonic() - STARTED:.0f} s", file=sys.stderr)
-                settle(db)
-                counters_before = node.stats(admin_token)["counters"]
-                meter = CpuMeter([node.process.pid])
-                db_meter = CpuMeter(database_pids(backend))
-                sampler = None
-                if profile_dir is not None:
-                    sampler = Sampler(node.process.pid, seconds, profile_dir / f"send_fanout-{kind}-{size}.txt")
-                out = run_in_processes(sender_process, [(node.ws_url, sender_tokens, groups[size], seconds)])[0]
-                server_cpu = meter.read()
-                db_cpu = db_meter.read() if db_meter.procs else None
-                if sampler is not None and (path := sampler.wait()) is not None:
-                    PROFILES[f"{kind}-{size}"] = summarize_profile(path)
-                batches = _delta(node.stats(admin_token)["counters"], counters_before, "send_batches")
-                baseline_db = backend.database(f"baseline_{kind}_{size}")
-                url = baseline_db.url if kind == "sqlite" else pg_url(baseline_db)
-                settle(baseline_db)
-                raw = run_in_processes(raw_sql_baseline, [(kind, url, size, seconds)])[0]
-                drop(baseline_db)
-                copied = copy_case(backend, kind, size, seconds, quick)
-                sends = out["acks"] / out["elapsed"]
-                raw_sends = raw["messages"] / raw["elapsed"]
-                results.append({
-                    "backend": kind, "members": size, "senders": SENDERS,
-                    "sends_per_s": round(sends, 1), "mailbox_rows_per_s": round(sends * size),
-                    "ack_p50_ms": round(percentile(out["latencies"], 50), 1),
-                    "ack_p99_ms": round(percentile(out["latencies"], 99), 1),
-                    "ack_mean_ms": round(mean(out["latencies"]), 1),
-                    "sends_per_transaction": round(out["acks"] / batches, 2) if batches else None,
-                    "server_cpu_pct": server_cpu, "postgres_cpu_pct": db_cpu,
-                    "raw_sql_sends_per_s": round(raw_sends, 1),
-                    "raw_sql_rows_per_s": round(raw_sends * size),
-                    "qim_vs_raw_sql": round(sends / raw_sends, 3) if raw_sends else None,
-                    **copy_columns(copied, sends, size),
-                })
+                results.append(run_case(backend, db, node, admin_token, size, groups[size], sender_tokens, seconds,
+                                        profile_dir, quick))
         finally:
             node.stop()
     finally:
