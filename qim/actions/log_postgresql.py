@@ -24,7 +24,8 @@ from qim.actions.mailbox import EntrySpec, badge_statements, entries_statement, 
 from qim.db_statements import Statement, run_together
 from qim.models import Conversation, MessageRecord
 
-# (final badges: user pk -> badge, push-capable devices: (device pk, user pk, device_id))
+# (final badges: user pk -> badge, of the users with a push-capable device; those devices:
+# (device pk, user pk, device_id))
 Bumped = tuple[dict[int, int], list[tuple[int, int, str]]]
 
 

@@ -206,7 +206,8 @@ def bump_badges_finding_devices(
 ) -> tuple[dict[int, int], list[tuple[int, int, str]]]:
     """bump_badges, and push_capable_devices of the users it bumped: on PostgreSQL the two
     in one statement per chunk (the devices' SELECT a UNION ALL beside the upsert's
-    RETURNING), a round trip less per SEND batch (issue #22)."""
+    RETURNING), a round trip less per SEND batch (issue #22). The new badges answered are
+    those of the users with such a device at least (on PostgreSQL only theirs)."""
     if connection.vendor != "postgresql":
         badges = bump_badges(increments, now_ms)
         return badges, push_capable_devices([pk for pk, by in increments.items() if by > 0])
@@ -248,10 +249,14 @@ def _badges_statement(
     )
     params = [now_ms, _pg_int_array(chunk), _pg_int_array(increments[pk] for pk in chunk)]
     if with_devices:
+        # Only users with a push-capable device get their new badge back: a push is all it is
+        # read for, and most members of a big group have none (issue #22). The upsert in the
+        # WITH runs to completion whatever the SELECT reads (PostgreSQL's rule for writes there).
         sql = (
-            f"WITH b AS ({sql}) SELECT user_id, badge, NULL::bigint, NULL::text FROM b UNION ALL "
-            f"SELECT user_id, NULL, id, device_id FROM {Device._meta.db_table} "
-            "WHERE user_id = ANY(%s::bigint[]) AND (push_token <> '' OR voip_token <> '')"
+            f"WITH b AS ({sql}), d AS (SELECT id, user_id, device_id FROM {Device._meta.db_table} "
+            "WHERE user_id = ANY(%s::bigint[]) AND (push_token <> '' OR voip_token <> '')) "
+            "SELECT user_id, badge, NULL::bigint, NULL::text FROM b WHERE user_id IN (SELECT user_id FROM d) "
+            "UNION ALL SELECT user_id, NULL, id, device_id FROM d"
         )
         params.append(params[1])
     return sql, params

@@ -19,7 +19,7 @@ from qim.db_statements import run_together
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
 from qim.queries.conversations import access_conversation, require_current_member
-from qim.queries.online import NOT_ASKED, OnlineDevices, capable_members, online_devices_of
+from qim.queries.online import NOT_ASKED, OnlineDevices, capable_members_statement, online_devices_of
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,19 @@ def _earlier_query(requests: Sequence[SendRequest]) -> QuerySet:
     )
 
 
+def _earlier_statement(requests: Sequence[SendRequest]) -> tuple[str, list]:
+    """_earlier_query as SQL written out, not compiled by the ORM for every SEND batch (issue
+    #22: compiling it was most of the batch's node time before the lock)."""
+    keys = sorted({r.key for r in requests})
+    meta = MessageRecord._meta
+    where = " OR ".join(["(sender_id = %s AND client_msg_id = %s)"] * len(keys))
+    sql = (
+        "SELECT sender_id, client_msg_id, conversation_id, message_id, conversation_seq, sent_at_ms "
+        f"FROM {meta.db_table} WHERE {where}"
+    )
+    return sql, [value for key in keys for value in key]
+
+
 def _earlier_from(conversation_id: str, rows: Iterable[tuple]) -> dict[tuple[int, str], SendAck | Refused]:
     found: dict[tuple[int, str], SendAck | Refused] = {}
     for sender_pk, client_msg_id, in_conversation, *ack in rows:
@@ -91,8 +104,9 @@ def _read_before_lock(
     who could get a push (qim.queries.online), in one round trip on PostgreSQL (issue #22).
     The members are read for every counted request, also those that turn out retries."""
     tenants = sorted({request.sender.tenant_id for request in requests if request.policy.counts_unread})
-    queries = [_earlier_query(requests)] + [capable_members(tenant_id, conversation_id) for tenant_id in tenants]
-    earlier, *members = run_together([query.query.sql_with_params() for query in queries])
+    statements = [_earlier_statement(requests)]
+    statements += [capable_members_statement(tenant_id, conversation_id) for tenant_id in tenants]
+    earlier, *members = run_together(statements)
     return _earlier_from(conversation_id, earlier), {
         tenant_id: {user_id for (user_id,) in rows} for tenant_id, rows in zip(tenants, members)
     }
