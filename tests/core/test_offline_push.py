@@ -109,3 +109,41 @@ async def test_forgotten_credentials_make_no_more_tasks(embedded: QimDeployment,
     register_push(bob, "phone")  # registering again brings the pushes back
     await send_text(a, group, "again")
     assert push_tasks(embedded, bob, "phone") == 3
+
+
+async def test_a_batch_pushes_each_offline_device_its_badge_as_of_each_message_on_postgres(
+    cluster: QimDeployment, cluster_acme: TenantHandle
+) -> None:
+    """On PostgreSQL the badges' statement answers the new badges only of members with a
+    push-capable device (qim/actions/mailbox.py); a batch of several SENDs still gives every
+    member its whole badge, and each offline device's push the badge as of its message."""
+    from tests.core.test_send_batches import conversation_lock_held
+    from tests.harness.batches import counter, until_counted
+
+    acme, node = cluster_acme, cluster.node
+    alice, bob, carol, dave, erin, frank = (acme.persona(n) for n in ("alice", "bob", "carol", "dave", "erin", "frank"))
+    register_push(bob, "phone")        # offline, with credentials
+    register_push(carol, "phone")      # online, with credentials: no task, a badge all the same
+    dave.token("phone")                # offline, no credentials
+    group = create_group(alice, bob, carol, dave, erin, frank)
+    a, c = await alice.connect(), await carol.connect(device_id="phone")
+    e, f = await erin.connect(), await frank.connect()
+
+    base, batches = counter(node, acme, "send_requests"), counter(node, acme, "send_batches")
+    with conversation_lock_held(cluster.db, group):
+        opener = asyncio.ensure_future(send_text(a, group, "opener"))
+        await until_counted(node, acme, "send_requests", base + 1)
+        rest = asyncio.gather(send_text(c, group, "c"), send_text(e, group, "e"), send_text(f, group, "f"))
+        await until_counted(node, acme, "send_requests", base + 4)
+    await rest, await opener
+    assert counter(node, acme, "send_batches") - batches == 2  # the opener's, then the three
+
+    assert (badge(cluster, bob), badge(cluster, dave), badge(cluster, carol), badge(cluster, alice)) == (4, 4, 3, 3)
+    assert push_tasks(cluster, bob, "phone") == 4
+    assert push_tasks(cluster, carol) == 0 and push_tasks(cluster, dave) == 0
+    rows = cluster.db.query(
+        "SELECT payload FROM qim_pushtask WHERE user_id = (SELECT id FROM qim_user WHERE username = ?)", (bob.user_id,),
+    )
+    payloads = [json.loads(p) if isinstance(p, str) else p for (p,) in rows]
+    # Bob's badge was 0: the k-th message by seq carries badge k, in the batch as alone.
+    assert [p["badge"] for p in sorted(payloads, key=lambda p: p["conversation_seq"])] == [1, 2, 3, 4]
