@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 from send_baselines import COPY_BATCH, raw_sql_baseline
-from send_slices import SliceTotals, alternate
+from send_slices import SliceTotals, alternate, load_process
 from pyspy import Sampler, print_summary, summarize as summarize_profile
 from common import (
     Backend,
@@ -192,11 +192,12 @@ def run_case(backend: Backend, db, node, admin_token: str, size: int, group: str
         span = seconds * (2 if copy_db is not None else 1) + rounds * 2
         sampler = Sampler(node.process.pid, span, profile_dir / f"send_fanout-{kind}-{size}.txt")
 
-    def send(piece: float) -> dict[str, Any]:
-        return run_in_processes(sender_process, [(node.ws_url, sender_tokens, group, piece)])[0]
+    with load_process() as senders:
+        def send(piece: float) -> dict[str, Any]:
+            return senders.apply(sender_process, (node.ws_url, sender_tokens, group, piece))
 
-    totals, copied = alternate(send, copy_db and pg_url(copy_db), size, seconds, rounds,
-                               [node.process.pid], database_pids(backend))
+        totals, copied = alternate(send, copy_db and pg_url(copy_db), size, seconds, rounds,
+                                   [node.process.pid], database_pids(backend))
     if copy_db is not None:
         drop(copy_db)
     if sampler is not None and (path := sampler.wait()) is not None:

@@ -5,17 +5,27 @@ shared machine each half saw a different load and the ratio mostly said how busy
 was in each half (docs/performance.md, "SEND against COPY"). Now one case is `rounds` rounds
 of a QIM slice and a COPY slice of seconds / rounds each, in ABBA order (QIM first in even
 rounds, COPY first in odd ones), both against the same PostgreSQL with the same settings;
-each side's figure is its messages over its own slices' time.
+each side's figure is its messages over its own slices' time. Each side's load runs in one
+process kept for the whole case (a process started per slice cost 1-2 s each under load).
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from send_baselines import copy_check, copy_prepare, copy_slice
-from common import CpuMeter, run_in_processes
+from common import CpuMeter
+
+
+@contextmanager
+def load_process() -> Iterator[Any]:
+    """One spawned worker process for a side's slices (a multiprocessing pool of one)."""
+    with mp.get_context("spawn").Pool(1) as pool:
+        yield pool
 
 
 class SliceTotals:
@@ -25,6 +35,7 @@ class SliceTotals:
     def __init__(self) -> None:
         self.acks = 0
         self.elapsed = 0.0
+        self.wall = 0.0
         self.latencies: list[float] = []
         self.cpu_s = 0.0
         self.db_cpu_s: float | None = None
@@ -33,16 +44,16 @@ class SliceTotals:
         self.acks += out["acks"]
         self.elapsed += out["elapsed"]
         self.latencies += out["latencies"]
+        self.wall += wall
         self.cpu_s += cpu_pct * wall / 100
         if db_cpu_pct is not None:
             self.db_cpu_s = (self.db_cpu_s or 0.0) + db_cpu_pct * wall / 100
-        self._wall = getattr(self, "_wall", 0.0) + wall
 
     def out(self) -> dict[str, Any]:
         return {"acks": self.acks, "elapsed": self.elapsed, "latencies": self.latencies}
 
     def cpu_pct(self) -> tuple[float, float | None]:
-        wall = getattr(self, "_wall", 0.0) or 1.0
+        wall = self.wall or 1.0
         db = None if self.db_cpu_s is None else round(100 * self.db_cpu_s / wall, 1)
         return round(100 * self.cpu_s / wall, 1), db
 
@@ -65,16 +76,17 @@ def alternate(send: Callable[[float], dict[str, Any]], copy_url: str | None, siz
     if copy_url is None:
         qim_slice(totals, send, pids, db_pids, seconds)
         return totals, None
-    run_in_processes(copy_prepare, [(copy_url, size)])
     copied = {"messages": 0, "elapsed": 0.0}
     piece = seconds / rounds
-    for index in range(rounds):
-        for side in (("qim", "copy") if index % 2 == 0 else ("copy", "qim")):
-            if side == "qim":
-                qim_slice(totals, send, pids, db_pids, piece)
-                continue
-            out = run_in_processes(copy_slice, [(copy_url, size, piece, copied["messages"])])[0]
-            copied["messages"] += out["messages"]
-            copied["elapsed"] += out["elapsed"]
-    run_in_processes(copy_check, [(copy_url, size, copied["messages"])])
+    with load_process() as copier:
+        copier.apply(copy_prepare, (copy_url, size))
+        for index in range(rounds):
+            for side in (("qim", "copy") if index % 2 == 0 else ("copy", "qim")):
+                if side == "qim":
+                    qim_slice(totals, send, pids, db_pids, piece)
+                    continue
+                out = copier.apply(copy_slice, (copy_url, size, piece, copied["messages"]))
+                copied["messages"] += out["messages"]
+                copied["elapsed"] += out["elapsed"]
+        copier.apply(copy_check, (copy_url, size, copied["messages"]))
     return totals, copied
