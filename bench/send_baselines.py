@@ -3,7 +3,7 @@
 `raw_sql_baseline`: one transaction per message, the log row and the mailbox rows by
 `executemany` (the first issue's baseline, kept for its ratios).
 
-`copy_baseline` (PostgreSQL, issue #22 item 5): what one QIM SEND batch commits, written the
+The COPY baseline (PostgreSQL, issue #22 item 5; `copy_prepare`, `copy_slice`, `copy_check`): what one QIM SEND batch commits, written the
 fastest way PostgreSQL takes rows. In one transaction per batch of COPY_BATCH messages: the
 conversation row's head, the log rows (one multi-row INSERT ... RETURNING, for their ids),
 every member's mailbox rows with ONE `COPY ... FROM STDIN`, and the counters a SEND moves:
@@ -160,11 +160,3 @@ def copy_check(url: str, members: int, messages: int) -> None:
         written = conn.execute("SELECT count(*) FROM bench_mailbox").fetchone()[0]
     if written != messages * members:
         raise RuntimeError(f"COPY baseline wrote {written} mailbox rows, not {messages * members}")
-
-
-def copy_baseline(url: str, members: int, seconds: float) -> dict[str, Any]:
-    """The COPY baseline in one slice of `seconds`, tables made first and rows checked after."""
-    copy_prepare(url, members)
-    out = copy_slice(url, members, seconds, 0)
-    copy_check(url, members, out["messages"])
-    return out
