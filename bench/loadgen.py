@@ -16,6 +16,7 @@ import json
 import re
 import time
 from array import array
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -30,6 +31,24 @@ JOIN_ATTEMPTS = 10
 def message_text(n: int, tag: str = "") -> str:
     head = f"t={time.time_ns()} i={tag}{n} "
     return head + "x" * max(0, PAYLOAD_BYTES - len(head))
+
+
+def stamps_in(payload: bytes) -> list[tuple[bytes, bytes]]:
+    """Each event's send time and message id (`i=`, the sender's req_id) in a frame, as
+    STAMP's regex would find them followed by the id, so that loss is counted per message
+    (room_cases.count_loss). bytes.find, not the regex: a receiver runs this on every frame,
+    and on a 3-event ROOM_BATCH the regex took half again as long (issue 22: receivers share
+    the 2 cores with the nodes they measure)."""
+    found: list[tuple[bytes, bytes]] = []
+    find, rfind = payload.find, payload.rfind
+    mid = find(b" i=")
+    while mid >= 0:
+        start, end = rfind(b"t=", 0, mid) + 2, find(b" ", mid + 3)
+        stamp = payload[start:mid]
+        if start > 1 and end > 0 and stamp.isdigit():
+            found.append((stamp, payload[mid + 3 : end]))
+        mid = find(b" i=", mid + 3)
+    return found
 
 
 @dataclass(frozen=True)
@@ -98,68 +117,6 @@ async def wait_event(event, poll: float = 0.05) -> None:  # type: ignore[no-unty
         await asyncio.sleep(poll)
 
 
-# --- receivers ---------------------------------------------------------------------------
-
-
-def receiver_process(target: Target, tokens: list[str | None], ready, stop, recording, delivered, results) -> None:  # type: ignore[no-untyped-def]
-    """Hold one room member per token; count every event received (`delivered`, shared), and
-    while `recording` is 1 keep each latency (ms) and count frames per connection."""
-    import sys
-
-    from common import raise_nofile
-
-    raise_nofile()
-    sys.setswitchinterval(0.05)
-    latencies = array("f")
-    frames: list[int] = [0] * len(tokens)
-    # The most frames one connection got in one wall-clock second (calendar buckets).
-    second, in_second, max_per_second = [0] * len(tokens), [0] * len(tokens), [0] * len(tokens)
-    first_last = [0.0, 0.0]
-
-    def handler(index: int):  # type: ignore[no-untyped-def]
-        def on_text(payload: bytes) -> None:
-            stamps = STAMP.findall(payload)
-            if not stamps:
-                return
-            now = time.time_ns()
-            delivered.value += len(stamps)
-            if recording.value:
-                frames[index] += 1
-                sec = now // 1_000_000_000
-                if sec != second[index]:
-                    second[index], in_second[index] = sec, 0
-                in_second[index] += 1
-                if in_second[index] > max_per_second[index]:
-                    max_per_second[index] = in_second[index]
-                for stamp in stamps:
-                    latencies.append((now - int(stamp)) / 1e6)
-                if not first_last[0]:
-                    first_last[0] = now / 1e9
-                first_last[1] = now / 1e9
-
-        return on_text
-
-    async def main() -> None:
-        started = time.monotonic()
-        try:
-            sockets = await open_all(target, tokens)
-        except Exception as exc:  # reported, not raised: the parent is waiting on `ready`
-            ready.put({"error": repr(exc)})
-            return
-        for i, ws in enumerate(sockets):
-            ws.on_text = handler(i)
-        ready.put({"connected": len(sockets), "connect_s": time.monotonic() - started})
-        await wait_event(stop)
-        results.put({"latencies": latencies.tobytes(), "frames": frames, "first_last": first_last,
-                     "max_frames_per_second": max(max_per_second, default=0)})
-        for ws in sockets:
-            ws.abort()
-
-    from lean_ws import run_receivers
-
-    run_receivers(main())
-
-
 # --- senders -----------------------------------------------------------------------------
 
 
@@ -178,6 +135,9 @@ def sender_process(target: Target, tokens: list[str | None], mode: str, params: 
 
     raise_nofile()
     tally = {"sent": 0, "acks": 0, "errors": {}, "echoed": 0}
+    # The message ids (= req_ids) sent, and those QIM acknowledged (rate and burst modes).
+    sent_ids: list[str] = []
+    acked: list[str] = []
 
     def on_text_for(ws, state: dict):  # type: ignore[no-untyped-def]
         def on_text(payload: bytes) -> None:
@@ -191,6 +151,7 @@ def sender_process(target: Target, tokens: list[str | None], mode: str, params: 
                 frame = json.loads(payload)
                 if frame.get("type") == "ACK":
                     tally["acks"] += 1
+                    acked.append(str(frame.get("req_id")))
                 elif frame.get("type") == "ERROR":
                     code = frame.get("code", "?")
                     tally["errors"][code] = tally["errors"].get(code, 0) + 1
@@ -226,12 +187,14 @@ def sender_process(target: Target, tokens: list[str | None], mode: str, params: 
             if delay > 0:
                 await asyncio.sleep(delay)
             tally["sent"] += 1
+            sent_ids.append(str(n))
             ws.send_text(target.send_frame(message_text(n), str(n)))
 
     async def burst(sockets: list) -> None:  # type: ignore[no-untyped-def]
         for round_ in range(params["count"]):
             for s, ws in enumerate(sockets):
                 tally["sent"] += 1
+                sent_ids.append(f"{s}.{round_}")
                 ws.send_text(target.send_frame(message_text(round_, f"{s}."), f"{s}.{round_}"))
             await asyncio.sleep(0)
 
@@ -261,7 +224,8 @@ def sender_process(target: Target, tokens: list[str | None], mode: str, params: 
         while time.monotonic() < settle and target.kind == "qim" and tally["acks"] + sum(tally["errors"].values()) < tally["sent"]:
             await asyncio.sleep(0.05)
         accepted = tally["acks"] if target.kind == "qim" else tally["sent"]
-        results.put({**tally, "accepted": accepted, "elapsed": elapsed})
+        results.put({**tally, "accepted": accepted, "elapsed": elapsed,
+                     "accepted_ids": acked if target.kind == "qim" else sent_ids})
         await wait_event(stop)
         for ws in sockets:
             ws.abort()
@@ -304,6 +268,8 @@ class Members:
     """Receiver processes (one per (target, tokens) part), all recording together."""
 
     def __init__(self, parts: list[tuple[Target, list[str | None]]]) -> None:
+        from room_receivers import receiver_process  # it imports this module
+
         ctx = _ctx()
         self.ready, self.results = ctx.Queue(), ctx.Queue()
         self.stop = ctx.Event()
@@ -339,9 +305,11 @@ class Members:
         frames: list[int] = []
         first, last = [], []
         max_per_second = 0
+        seen: Counter[bytes] = Counter()
         for _ in self.processes:
             part = self.results.get(timeout=timeout)
             max_per_second = max(max_per_second, part["max_frames_per_second"])
+            seen.update(part["seen"])
             latencies.frombytes(part["latencies"])
             frames += part["frames"]
             if part["first_last"][0]:
@@ -350,7 +318,7 @@ class Members:
         self.close()
         return {"latencies": latencies, "frames": frames, "first": min(first, default=0.0),
                 "last": max(last, default=0.0), "delivered": self.delivered(),
-                "max_frames_per_second": max_per_second}
+                "max_frames_per_second": max_per_second, "seen": seen}
 
     def close(self) -> None:
         self.stop.set()

@@ -146,7 +146,8 @@ def run_drained(server: str, case: str, server_pids: list[int], parts, sender: T
         senders.start()
         tally = senders.result(timeout=params.get("seconds", 10) + 60)
         finish_profiles(samplers)
-        expected = tally["accepted"] * members.size
+        # Wait for every send not refused: one whose ACK timed out may still be committed.
+        expected = (tally["sent"] - sum(tally["errors"].values())) * members.size
         deadline = time.monotonic() + plan.drain_s
         seen, last_progress = -1, time.monotonic()
         while time.monotonic() < deadline and members.delivered() < expected:
@@ -166,6 +167,7 @@ def run_drained(server: str, case: str, server_pids: list[int], parts, sender: T
         if senders is not None:
             senders.close()
     delivered = len(data["latencies"])
+    loss = count_loss(tally["accepted_ids"], data["seen"], members.size)
     frames = data["frames"]
     span = (data["last"] - data["first"]) or elapsed
     send_s = tally["elapsed"] or elapsed
@@ -178,12 +180,23 @@ def run_drained(server: str, case: str, server_pids: list[int], parts, sender: T
         # Frames the receivers got per CPU-second of the server(s) over the whole case.
         "frames": sum(frames), "server_cpu_s": round(server_cpu_s, 2),
         "frames_per_cpu_s": round(sum(frames) / server_cpu_s) if server_cpu_s > 0 else None,
-        "expected": expected, "delivered": delivered, "lost": expected - delivered,
-        "lost_pct": round(100 * (expected - delivered) / expected, 1) if expected else None,
+        "delivered": delivered, **loss,
         "server_cpu_pct": s_total, "client_cpu_pct": c_total, "busiest_client_cpu_pct": c_max,
         "sent": tally["sent"], "accepted": tally["accepted"], "refused": tally["errors"],
         "case_s": round(time.monotonic() - case_started, 1),
     })
+
+
+def count_loss(accepted_ids: list[str], seen: dict[bytes, int], size: int) -> dict[str, Any]:
+    """What was really lost: every message acknowledged, or received by any member (its ACK
+    may have timed out, but it was committed), is owed to each of the `size` members once;
+    `lost` is the copies missing, `duplicates` the copies over one per member."""
+    owed = {ident.encode() for ident in accepted_ids} | set(seen)
+    expected = len(owed) * size
+    lost = sum(max(0, size - seen.get(ident, 0)) for ident in owed)
+    return {"expected": expected, "lost": lost, "duplicates": sum(max(0, n - size) for n in seen.values()),
+            "lost_pct": round(100 * lost / expected, 1) if expected else None,
+            "unacknowledged_but_delivered": len(set(seen) - {ident.encode() for ident in accepted_ids})}
 
 
 # --- set-up ----------------------------------------------------------------------------------

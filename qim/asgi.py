@@ -51,5 +51,6 @@ application = RecoverOnStart(
 # socket. With 500 sockets a full pass took 60-100 ms before, 12-60 ms after
 # (docs/performance.md, DM isolation).
 gc.freeze()
-# Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD).
-gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+# Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD);
+# middle passes after each one or two of them, so that none scans a whole join storm at once.
+gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, settings.QIM_GC_MIDDLE_THRESHOLD, settings.QIM_GC_OLD_THRESHOLD)

@@ -196,7 +196,7 @@ class ConnectionNode:
             "connections": len(self.connections),
             "online_users": len(self._by_user),
             "counters": dict(self.counters),
-            # The collector's thresholds in force (QIM_GC_YOUNG_THRESHOLD sets the first).
+            # The collector's thresholds in force (QIM_GC_YOUNG_, _MIDDLE_ and _OLD_THRESHOLD).
             "gc_thresholds": list(gc.get_threshold()),
         }
 

@@ -1,5 +1,5 @@
-"""QIM_GC_YOUNG_THRESHOLD sets the node's young-generation collector threshold at start-up
-(qim/asgi.py); GET /api/v1/node says which thresholds are in force."""
+"""QIM_GC_YOUNG_THRESHOLD, QIM_GC_MIDDLE_THRESHOLD and QIM_GC_OLD_THRESHOLD set the node's
+collector thresholds at start-up (qim/asgi.py); GET /api/v1/node says which are in force."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 from tests.conftest import start_embedded
 
 
-def test_the_young_threshold_is_the_settings(sqlite_template: Path, work_dir: Path) -> None:
-    deployment = start_embedded(sqlite_template, work_dir, extra_env={"QIM_GC_YOUNG_THRESHOLD": "12345"})
+def test_the_thresholds_are_the_settings(sqlite_template: Path, work_dir: Path) -> None:
+    deployment = start_embedded(sqlite_template, work_dir, extra_env={
+        "QIM_GC_YOUNG_THRESHOLD": "12345", "QIM_GC_MIDDLE_THRESHOLD": "3", "QIM_GC_OLD_THRESHOLD": "77"})
     try:
         stats = deployment.node.stats(deployment.tenants["acme"].admin_token)
-        assert stats["gc_thresholds"][0] == 12345
-        assert len(stats["gc_thresholds"]) == 3
+        assert stats["gc_thresholds"] == [12345, 3, 77]
     finally:
         deployment.stop()
