@@ -156,9 +156,9 @@ def _annotate_unread(intervals: QuerySet[MembershipInterval], cursor: QuerySet[R
     ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
 
 
-def _counted(conversation_id: Any, reader: Any, **seqs: int) -> QuerySet[MessageRecord]:
+def _counted(conversation_id: Any, reader: Any, **narrower: Any) -> QuerySet[MessageRecord]:
     """The count of rows in (start, end) that count as unread for `reader`: counted types,
-    not recalled or deleted, not the reader's own; `seqs` narrows the range further."""
+    not recalled or deleted, not the reader's own; `narrower` filters them further."""
     return (
         MessageRecord.objects.filter(
             conversation_id=conversation_id,
@@ -166,7 +166,7 @@ def _counted(conversation_id: Any, reader: Any, **seqs: int) -> QuerySet[Message
             conversation_seq__lt=OuterRef("end"),
             counts_unread=True,
             state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
-            **seqs,
+            **narrower,
         )
         .exclude(sender_id=reader)
         .order_by()
@@ -187,14 +187,16 @@ def unread_count(conversation: Conversation, user_pk: int) -> int:
     return unread_in(MembershipInterval.objects.filter(user_id=user_pk, conversation=conversation), user_pk)
 
 
-def unread_per_reader(conversation_id: str, first_seq: int, last_seq: int) -> dict[int, int]:
-    """user pk -> how many rows with first_seq <= seq <= last_seq count in that user's
-    definitional unread (`with_unread`'s rule, for every reader at once): one query, a
-    correlated count per membership interval that reaches into the range. Users it would
-    answer 0 for are left out."""
+def unread_per_reader(conversation_id: str, first_seq: int, last_seq: int,
+                      sender_pk: int | None = None) -> dict[int, int]:
+    """user pk -> how many rows with first_seq <= seq <= last_seq (sent by `sender_pk` only,
+    when given) count in that user's definitional unread (`with_unread`'s rule, for every
+    reader at once): one query, a correlated count per membership interval that reaches into
+    the range. Users it would answer 0 for are left out."""
     cursor = ReadCursor.objects.filter(user_id=OuterRef("user_id"), conversation_id=conversation_id)
+    by_sender = {} if sender_pk is None else {"sender_id": sender_pk}
     counted = _counted(conversation_id, OuterRef("user_id"), conversation_seq__gte=first_seq,
-                       conversation_seq__lte=last_seq)
+                       conversation_seq__lte=last_seq, **by_sender)
     reaching = MembershipInterval.objects.filter(conversation_id=conversation_id, joined_at__lt=last_seq).filter(
         Q(left_at__isnull=True) | Q(left_at__gt=first_seq)
     )

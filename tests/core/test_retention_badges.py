@@ -1,6 +1,7 @@
-"""Badges after retention, on SQLite and on PostgreSQL: the badge a push carries counts only
-messages that still exist, so `qim_retention` lowers the badges of the readers of what it
-deletes (never below zero, never another tenant's), and reading what is left brings it to 0."""
+"""Badges after retention and erasure, on SQLite and on PostgreSQL: the badge a push carries
+counts only messages that still exist, so `qim_retention` lowers the badges of the readers of
+what it deletes (never below zero, never another tenant's), reading what is left brings it to
+0, and `qim_user_erase` lowers them by the erased user's messages it turns into tombstones."""
 
 from __future__ import annotations
 
@@ -79,3 +80,23 @@ async def test_retention_lowers_the_badges_of_the_deleted_messages_readers(deplo
     await acme.close_clients()
     await globex.close_clients()
 
+
+
+async def test_erasure_lowers_the_badges_of_the_erased_users_readers(deployment: QimDeployment) -> None:
+    acme = deployment.tenants["acme"]
+    alice, bob, carol = acme.persona("alice"), acme.persona("bob"), acme.persona("carol")
+    group, pair = create_group(bob, alice, carol), create_group(alice, carol, title="pair")
+    a, c = await alice.connect(), await carol.connect()
+    for i in range(3):
+        await send_text(a, group, f"alice {i}")
+    await send_text(a, pair, "alice to carol")
+    await send_text(c, group, "carol's")
+    assert [stored_badge(deployment, who) for who in (bob, carol)] == [4, 4]
+    await acme.close_clients()
+
+    deployment.manage("qim_user_erase", "--tenant", "acme", "--user", alice.user_id, "--yes", "--batch", "2")
+
+    assert [stored_badge(deployment, who) for who in (bob, carol)] == [1, 0]
+    b = await bob.connect()
+    assert await listed_badge(b) == 1
+    await acme.close_clients()
