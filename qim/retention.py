@@ -9,7 +9,8 @@ index, so a SEND never waits on more than one batch's row locks. What goes, per 
 * each conversation's log below its first row sent at or after the cut-off (a prefix of the
   log, so HISTORY's `history_truncated` is "the oldest kept seq is above where you asked"),
   with what cascades from those rows (mailbox entries still pointing at them, call records)
-  and then, through the `conversation_purged` hook, the reactions app's rows on them.
+  and then, through the `conversation_purged` hook, the reactions app's rows on them; the
+  stored badges of the readers who had those rows unread go down in the same transaction.
 
 The cut-off is fixed when the run starts: a message sent during the run is newer, never gone.
 """
@@ -26,6 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
+from qim.actions.badges import do_uncount_rows
 from qim.clock import now_ms
 from qim.hooks import conversation_purged
 from qim.models import Conversation, MessageRecord, Tenant, User, UserMailboxEntry
@@ -90,7 +92,7 @@ def _purge(tenant: Tenant, cutoff: int, batch: int, report: RetentionReport) -> 
         if not log.exists():
             continue
         report.conversations += 1
-        report.deleted.update(_delete_log(log, batch, dry_run))
+        report.deleted.update(_delete_log(conversation_id, log, batch, dry_run))
         for listener in conversation_purged:
             report.deleted.update(listener(conversation_id, below, batch, dry_run))
 
@@ -146,16 +148,19 @@ def _delete_in_batches(rows: QuerySet[Any], order: str, batch: int, dry_run: boo
             return total
 
 
-def _delete_log(log: QuerySet[MessageRecord], batch: int, dry_run: bool) -> Counter[str]:
+def _delete_log(conversation_id: str, log: QuerySet[MessageRecord], batch: int, dry_run: bool) -> Counter[str]:
     """Delete log rows a batch per transaction, with what Django cascades from them (mailbox
-    entries still pointing at them, call records); answers the counts by model label."""
+    entries still pointing at them, call records), lowering the badges of their readers in
+    the same transaction (qim/actions/badges.py); answers the counts by model label."""
     if dry_run:
         return Counter({"qim.MessageRecord": log.count()})
     deleted: Counter[str] = Counter()
     while True:
         with transaction.atomic():
-            pks = list(log.order_by("conversation_seq").values_list("pk", flat=True)[:batch])
-            if pks:
-                deleted.update(MessageRecord.objects.filter(pk__in=pks).delete()[1])
-        if len(pks) < batch:
+            # Locked first: a recall of one of them waits, or has already lowered the badges.
+            rows = list(log.select_for_update().order_by("conversation_seq").values_list("pk", "conversation_seq")[:batch])
+            if rows:
+                do_uncount_rows(conversation_id, rows[0][1], rows[-1][1], now_ms())
+                deleted.update(MessageRecord.objects.filter(pk__in=[pk for pk, _ in rows]).delete()[1])
+        if len(rows) < batch:
             return +deleted

@@ -14,6 +14,7 @@ import json
 import resource
 
 from websockets.asyncio.server import broadcast, serve
+from websockets.exceptions import ConnectionClosedError
 
 CONNECTIONS: set = set()
 
@@ -24,6 +25,8 @@ async def handler(websocket) -> None:  # type: ignore[no-untyped-def]
         async for text in websocket:
             message = json.loads(text)["message"]
             broadcast(CONNECTIONS, json.dumps({"message": message}))
+    except ConnectionClosedError:
+        pass  # a client aborted its socket (benches do, by the thousand): no traceback each
     finally:
         CONNECTIONS.discard(websocket)
 

@@ -23,7 +23,9 @@ from django.contrib.auth.hashers import make_password
 from django.db import transaction
 from django.db.models import Q
 
+from qim.actions.badges import lower_badges
 from qim.actions.credentials import do_deactivate_user
+from qim.clock import now_ms
 from qim.models import (
     Device,
     MessageRecord,
@@ -34,6 +36,7 @@ from qim.models import (
     UserBadgeState,
     UserMailboxEntry,
 )
+from qim.queries.conversations import unread_per_reader
 
 EDIT_EVENT = "qim.edit.v1"
 
@@ -85,9 +88,26 @@ def _tombstone(user: User, batch: int) -> int:
     total = 0
     while True:
         with transaction.atomic():
-            pks = list(pending.order_by("pk").values_list("pk", flat=True)[:batch])
+            # Locked before the badges (the order recall keeps); a tombstone is not unread.
+            found = list(pending.select_for_update().order_by("pk").values_list("pk", "conversation_id", "conversation_seq")[:batch])
+            pks = [pk for pk, _, _ in found]
+            _uncount_tombstones(user, found)
             rows = MessageRecord.objects.filter(pk__in=pks)
             total += rows.filter(kind=MessageRecord.MESSAGE).update(state=MessageRecord.DELETED, payload=None)
             rows.filter(content_type=EDIT_EVENT).update(payload=None)
         if len(pks) < batch:
             return total
+
+
+def _uncount_tombstones(user: User, found: list[tuple[int, str, int]]) -> None:
+    """Lower other readers' stored badges by the user's rows about to become tombstones, per
+    conversation over the seq range the batch spans (its rows there are the user's pending
+    ones in that range: a batch takes them in pk order, which is seq order in a conversation)."""
+    spans: dict[str, tuple[int, int]] = {}
+    for _, conversation_id, seq in found:
+        low, high = spans.get(conversation_id, (seq, seq))
+        spans[conversation_id] = (min(low, seq), max(high, seq))
+    per_user: Counter[int] = Counter()
+    for conversation_id, (low, high) in spans.items():
+        per_user.update(unread_per_reader(conversation_id, low, high, user.pk))
+    lower_badges(dict(per_user), now_ms())  # once: every badge lock in user order

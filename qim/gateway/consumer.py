@@ -90,18 +90,29 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
 
     def _auth_timed_out(self) -> None:
         self._auth_timer = None
-        if self.conn is None:
-            self._closing_task = asyncio.ensure_future(self.close(code=CLOSE_AUTH_TIMEOUT))
+        if self.conn is None and not self._heard:
+            self._closing_task = asyncio.ensure_future(self._close_if_silent())
+
+    async def _close_if_silent(self) -> None:
+        # A first frame read in the loop iteration that ran the timer woke this consumer
+        # before this task: it has been heard by now, and it decides (tests/walls).
+        if not self._heard:
+            await self.close(code=CLOSE_AUTH_TIMEOUT)
 
     _closing_task: asyncio.Future[None] | None = None
+    _heard = False  # a first frame came: the AUTH deadline no longer applies
 
     async def disconnect(self, code: int) -> None:
         metrics.count_socket_closed(code)
         await self._cleanup()
 
-    async def _cleanup(self) -> None:
+    def _stop_auth_timer(self) -> None:
         if self._auth_timer is not None:
             self._auth_timer.cancel()
+            self._auth_timer = None  # not kept, with its callback, for the socket's life
+
+    async def _cleanup(self) -> None:
+        self._stop_auth_timer()
         if self.conn is not None:
             conn, self.conn = self.conn, None
             try:
@@ -190,6 +201,10 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         if self._revoked:
             return
         if self.conn is None:
+            # The first frame met the AUTH deadline: it decides (AUTH_OK, or ERROR and 4401),
+            # however long its lookup takes; the deadline must not close the socket under it.
+            self._heard = True
+            self._stop_auth_timer()
             with frame_scope("AUTH", req_id_of(text_data)):
                 await self._authenticate(text_data, size)
             return

@@ -41,7 +41,8 @@ class AuthFrame(msgspec.Struct):
 
 class AuthenticatingConsumer:
     """What GatewayConsumer does with the first frame; it supplies send_frame, close,
-    send_text, write_now, _drop_slow_socket, _close_for_credentials and _auth_timer."""
+    send_text, write_now, _drop_slow_socket and _close_for_credentials; the AUTH deadline's
+    timer is stopped before the first frame comes here."""
 
     async def _authenticate(self, text: str | None, size: int) -> None:
         """The first frame must be AUTH with a token issued for the named device."""
@@ -53,9 +54,6 @@ class AuthenticatingConsumer:
         identity = await self._identity_or_refuse(frame)
         if identity is None:
             return
-        if self._auth_timer is not None:
-            self._auth_timer.cancel()
-            self._auth_timer = None  # not kept, with its coroutine, for the socket's life
         self.conn = self._connection_of(identity, frame)
         bind_connection(self.conn)
         if await self._register_or_refuse(frame):

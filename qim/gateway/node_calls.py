@@ -7,15 +7,20 @@ import asyncio
 import logging
 from typing import Any
 
+from django.conf import settings
+
 from qim.background import spawn
 from qim.errors import Refused
-from qim.gateway.node_hooks import call_handler, node_message_handler
+from qim.gateway.node_hooks import call_handler, has_call_handler, node_message_handler
 from qim.gateway.node_path import NodePath
 
 logger = logging.getLogger(__name__)
 
 CALL = "node.call"
 REPLY = "node.reply"
+# The error code of a call whose op the answering node does not run (older nodes answered
+# such a call `internal`, "<op> failed on <node>", after logging a KeyError).
+UNKNOWN_OP = "unknown_op"
 
 
 class NodeCalls:
@@ -32,9 +37,10 @@ class NodeCalls:
         Raises TimeoutError when the node does not answer in time (it may be dead). A call to
         this node runs the handler directly: there is no message to send, nothing to wait for.
         """
-        handler = call_handler(op)
         if node_id == self.path.node_id:
-            return await handler(self.path.node, body)
+            if op in settings.QIM_NODE_CALL_OPS_OFF:
+                raise Refused(UNKNOWN_OP, f"{op} is switched off on {node_id}")
+            return await call_handler(op)(self.path.node, body)
         self.path.node.ensure_started()  # the listener must run for the reply to arrive
         self._call_serial += 1
         call_id = f"{self.path.node_id}:{self._call_serial}"
@@ -54,8 +60,16 @@ class NodeCalls:
 
     async def answer(self, message: dict[str, Any]) -> None:
         reply: dict[str, Any] = {"type": REPLY, "call_id": message["call_id"]}
+        op = message.get("op")
+        if not has_call_handler(op) or op in settings.QIM_NODE_CALL_OPS_OFF:
+            # A caller of a newer release during a rolling upgrade (or an op switched off):
+            # said so exactly, so it can fall back; nothing failed here.
+            self.path.node.counters["node_calls_unknown_op"] += 1
+            reply["error"] = {"code": UNKNOWN_OP, "message": f"{op} is unknown on {self.path.node_id}"}
+            await self.path.send_to_node(message["reply_to"], reply, "node call reply")
+            return
         try:
-            reply["result"] = await call_handler(message["op"])(self.path.node, message["body"])
+            reply["result"] = await call_handler(op)(self.path.node, message["body"])
         except Refused as refused:
             reply["error"] = {"code": refused.code, "message": refused.message, "retry_after_ms": refused.retry_after_ms}
         except Exception:

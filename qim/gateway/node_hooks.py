@@ -85,6 +85,10 @@ def call_handler(op: str) -> NodeCallHandler:
     return _call_handlers[op]
 
 
+def has_call_handler(op: Any) -> bool:
+    return op in _call_handlers
+
+
 def node_groups() -> list[str]:
     return sorted(_node_groups)
 

@@ -144,28 +144,36 @@ def with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QueryS
     max(joined_at, read cursor) to the interval's end. Intervals of one user never overlap (a
     join needs a non-member), so the counts of a user's intervals add up."""
     cursor = ReadCursor.objects.filter(user_id=user_pk, conversation_id=OuterRef("conversation_id"))
-    counted = (
+    return _annotate_unread(intervals, cursor, _counted(OuterRef("conversation_id"), user_pk))
+
+
+def _annotate_unread(intervals: QuerySet[MembershipInterval], cursor: QuerySet[ReadCursor],
+                     counted: QuerySet[MessageRecord]) -> QuerySet[MembershipInterval]:
+    """`start` (after the join and the cursor), `end`, and `unread`: `counted` between them."""
+    read = Coalesce(Subquery(cursor.values("read_conversation_seq")[:1]), Value(0), output_field=BigIntegerField())
+    return intervals.annotate(
+        start=Greatest("joined_at", read, output_field=BigIntegerField()), end=open_end(),
+    ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
+
+
+def _counted(conversation_id: Any, reader: Any, **narrower: Any) -> QuerySet[MessageRecord]:
+    """The count of rows in (start, end) that count as unread for `reader`: counted types,
+    not recalled or deleted, not the reader's own; `narrower` filters them further."""
+    return (
         MessageRecord.objects.filter(
-            conversation_id=OuterRef("conversation_id"),
+            conversation_id=conversation_id,
             conversation_seq__gt=OuterRef("start"),
             conversation_seq__lt=OuterRef("end"),
             counts_unread=True,
             state__in=[MessageRecord.NORMAL, MessageRecord.EDITED],
+            **narrower,
         )
-        .exclude(sender_id=user_pk)
+        .exclude(sender_id=reader)
         .order_by()
         .values("conversation_id")
         .annotate(n=Count("pk"))
         .values("n")
     )
-    return intervals.annotate(
-        start=Greatest(
-            "joined_at",
-            Coalesce(Subquery(cursor.values("read_conversation_seq")[:1]), Value(0), output_field=BigIntegerField()),
-            output_field=BigIntegerField(),
-        ),
-        end=open_end(),
-    ).annotate(unread=Coalesce(Subquery(counted), Value(0), output_field=BigIntegerField()))
 
 
 def unread_in(intervals: QuerySet[MembershipInterval], user_pk: int) -> int:
@@ -177,3 +185,23 @@ def unread_count(conversation: Conversation, user_pk: int) -> int:
     """Definitional unread of one conversation for one reader: `with_unread` over their
     intervals in it, so the ACK of a mark and the list's `unread` are one definition."""
     return unread_in(MembershipInterval.objects.filter(user_id=user_pk, conversation=conversation), user_pk)
+
+
+def unread_per_reader(conversation_id: str, first_seq: int, last_seq: int,
+                      sender_pk: int | None = None) -> dict[int, int]:
+    """user pk -> how many rows with first_seq <= seq <= last_seq (sent by `sender_pk` only,
+    when given) count in that user's definitional unread (`with_unread`'s rule, for every
+    reader at once): one query, a correlated count per membership interval that reaches into
+    the range. Users it would answer 0 for are left out."""
+    cursor = ReadCursor.objects.filter(user_id=OuterRef("user_id"), conversation_id=conversation_id)
+    by_sender = {} if sender_pk is None else {"sender_id": sender_pk}
+    counted = _counted(conversation_id, OuterRef("user_id"), conversation_seq__gte=first_seq,
+                       conversation_seq__lte=last_seq, **by_sender)
+    reaching = MembershipInterval.objects.filter(conversation_id=conversation_id, joined_at__lt=last_seq).filter(
+        Q(left_at__isnull=True) | Q(left_at__gt=first_seq)
+    )
+    per_user: dict[int, int] = {}
+    rows = _annotate_unread(reaching.order_by(), cursor, counted).filter(unread__gt=0)
+    for user_pk, unread in rows.values_list("user_id", "unread"):
+        per_user[user_pk] = per_user.get(user_pk, 0) + unread
+    return per_user

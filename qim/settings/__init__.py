@@ -169,6 +169,10 @@ PASSWORD_HASHERS = env.list(
 QIM_NODE_CHANNEL_CAPACITY = env.int("QIM_NODE_CHANNEL_CAPACITY", default=10000)
 # The channel layer's Redis connections per node at most (opened on demand, kept for reuse).
 QIM_LAYER_MAX_CONNECTIONS = env.int("QIM_LAYER_MAX_CONNECTIONS", default=1000)
+# Node-call ops this node answers `unknown_op`, as a node of an older release that lacks them
+# does (qim/gateway/node_calls.py): a switch to take a batched op out of service without a
+# redeploy; callers fall back to its single form (room.join_many -> room.join).
+QIM_NODE_CALL_OPS_OFF = frozenset(env.list("QIM_NODE_CALL_OPS_OFF", default=[]))
 if QIM_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {

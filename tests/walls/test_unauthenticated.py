@@ -56,10 +56,13 @@ async def test_idle_and_garbage_sockets_are_closed_and_do_not_starve_a_control(s
     for _ in range(IDLE):
         connecting_at.append(time.monotonic())
         idle.append(await websockets.connect(tenant.node.ws_url))
-    garbage = []
+    garbage, garbage_late = [], []
     for n in range(60):
+        began = time.monotonic()
         ws = await websockets.connect(tenant.node.ws_url, max_size=None)
         await ws.send(GARBAGE[n % len(GARBAGE)])
+        # Sent (in the kernel) by now: before the server's deadline unless this is past it.
+        garbage_late.append(time.monotonic() - began >= AUTH_TIMEOUT_S)
         garbage.append(ws)
     closing = [asyncio.create_task(close_code(ws)) for ws in idle + garbage]
 
@@ -74,7 +77,12 @@ async def test_idle_and_garbage_sockets_are_closed_and_do_not_starve_a_control(s
 
     closes = await asyncio.gather(*closing)
     assert [code for code, _ in closes[:IDLE]] == [4408] * IDLE
-    assert [code for code, _ in closes[IDLE:]] == [4401] * len(garbage)
+    # Garbage that reached the server before its deadline gets ERROR and 4401, never 4408
+    # (the first frame decides: qim/gateway/consumer.py); only garbage a loaded machine sent
+    # after it (the deadline runs from accept, before the client saw the handshake) may time out.
+    wrong = [(n, code, late) for n, ((code, _), late) in enumerate(zip(closes[IDLE:], garbage_late))
+             if code != 4401 and not (late and code == 4408)]
+    assert not wrong, f"garbage sockets not closed 4401 (n, code, sent late): {wrong}"
     # Not one idle socket was closed before its time (however late a loaded machine makes it).
     early = [(n, round(at - began, 3)) for n, ((_, at), began) in enumerate(zip(closes, connecting_at))
              if at - began < AUTH_TIMEOUT_S * 0.99]
