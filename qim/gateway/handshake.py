@@ -2,10 +2,10 @@
 
 * autobahn pretty-prints its whole configuration for a debug line on every WebSocket it
   accepts, and names its methods in colour for others, whether debug logging is on or not:
-  pure-Python pprint, about 3 % of a node's time in a reconnect storm, then 2-3 % as a repr
-  (docs/performance.md, "Issue 22: reconnect storms"). Its module's pformat and hltype
-  become `Deferred` text, formatted only if a log line is written: the same content
-  (pformat's on one line), and nothing at all while debug logging is off (`install`).
+  pure-Python pprint, about 3 % of a node's time in a reconnect storm, then 2 % as a repr,
+  and 2 % more for the colours (docs/performance.md, "Issue 22: reconnect storms"). pformat
+  becomes `DeferredText`, a repr made only if the line is written (txaio drops debug lines
+  unformatted); hltype and hlval give the object itself, shown by its repr if written.
 * daphne and autobahn keep the handshake's request, parsed headers and raw bytes on the
   protocol for the socket's whole life, about 2 KiB of an idle connection's memory
   (docs/performance.md, "Issue 22: density and idle cost"); nothing reads them after the
@@ -43,8 +43,14 @@ class DeferredText:
         return format(str(self), spec)
 
 
-def _deferred(format: Any) -> Any:
-    return lambda *args, **kwargs: DeferredText(lambda: format(*args, **kwargs))
+def _deferred_repr(obj: Any, *args: Any, **kwargs: Any) -> DeferredText:
+    return DeferredText(repr, obj)
+
+
+def _plain(obj: Any, color: Any = None, bold: Any = None) -> Any:
+    """hltype and hlval's stand-in: the object itself, which a written line shows by its repr,
+    uncoloured. Called per received packet, so it allocates nothing."""
+    return obj
 
 
 def install() -> None:
@@ -53,14 +59,10 @@ def install() -> None:
     import autobahn.twisted.websocket as twisted_websocket
     import autobahn.websocket.protocol as protocol
 
-    if isinstance(protocol.pformat(None), DeferredText):
-        return  # installed already
     protocol.Timings.__str__ = lambda timings: repr(timings._timings)  # type: ignore[method-assign]
-    protocol.pformat = _deferred(repr)  # type: ignore[attr-defined]
+    protocol.pformat = _deferred_repr  # type: ignore[attr-defined]
     for module in (protocol, twisted_websocket):
-        for name in ("hltype", "hlval"):
-            if hasattr(module, name):
-                setattr(module, name, _deferred(getattr(module, name)))
+        module.hltype = module.hlval = _plain  # type: ignore[attr-defined]
 
 
 class RequestPath:
