@@ -15,6 +15,7 @@ from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: 
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
+from qim.gateway.unmask import install as unmask_small_frames_in_python  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
 from qim.recovery import RecoverOnStart  # noqa: E402
 from qim.sqlite_checkpoints import take_over as take_over_sqlite_checkpoints  # noqa: E402
@@ -32,6 +33,9 @@ hand_django_raw_bodies()
 
 # autobahn must not pretty-print its configuration for every socket it accepts (qim/gateway/handshake.py).
 cheapen_autobahn_handshake()
+
+# Inbound frames under 1 KiB unmasked without a CFFI masker each (qim/gateway/unmask.py).
+unmask_small_frames_in_python()
 
 # Each socket's protocol reads autobahn's options from its class (qim/gateway/lean_protocol.py).
 serve_autobahn_options_from_class()

@@ -1,9 +1,11 @@
 """What the WebSocket upgrade handshake costs beyond the handshake itself, cut.
 
 * autobahn pretty-prints its whole configuration for a debug line on every WebSocket it
-  accepts, whether debug logging is on or not: pure-Python pprint, about 3 % of a node's time
-  in a reconnect storm (docs/performance.md, "Issue 22: reconnect storms"). Its module's
-  pformat becomes repr: the same content, one line, formatted in C (`install`).
+  accepts, and names its methods in colour for others, whether debug logging is on or not:
+  pure-Python pprint, about 3 % of a node's time in a reconnect storm, then 2 % as a repr,
+  and 2 % more for the colours (docs/performance.md, "Issue 22: reconnect storms"). pformat
+  becomes `DeferredText`, a repr made only if the line is written (txaio drops debug lines
+  unformatted); hltype and hlval give the object itself, shown by its repr if written.
 * daphne and autobahn keep the handshake's request, parsed headers and raw bytes on the
   protocol for the socket's whole life, about 2 KiB of an idle connection's memory
   (docs/performance.md, "Issue 22: density and idle cost"); nothing reads them after the
@@ -22,15 +24,45 @@ from typing import Any
 from qim.gateway.lean_protocol import HANDSHAKE_ONLY, SendQueue
 
 
-def _repr(obj: Any, *args: Any, **kwargs: Any) -> str:
-    return repr(obj)
+class DeferredText:
+    """A log argument formatted when the line is written: txaio drops debug lines unformatted."""
+
+    __slots__ = ("format", "args")
+
+    def __init__(self, format: Any, *args: Any) -> None:
+        self.format = format
+        self.args = args
+
+    def __str__(self) -> str:
+        return str(self.format(*self.args))
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _deferred_repr(obj: Any, *args: Any, **kwargs: Any) -> DeferredText:
+    return DeferredText(repr, obj)
+
+
+def _plain(obj: Any, color: Any = None, bold: Any = None) -> Any:
+    """hltype and hlval's stand-in: the object itself, which a written line shows by its repr,
+    uncoloured. Called per received packet, so it allocates nothing."""
+    return obj
 
 
 def install() -> None:
-    """Once, at start-up, before the first socket (qim/asgi.py)."""
+    """Once, at start-up, before the first socket (qim/asgi.py). autobahn calls pformat,
+    hltype and hlval only for log arguments but for `Timings.__str__`, which gets repr."""
+    import autobahn.twisted.websocket as twisted_websocket
     import autobahn.websocket.protocol as protocol
 
-    protocol.pformat = _repr  # type: ignore[attr-defined]
+    protocol.Timings.__str__ = lambda timings: repr(timings._timings)  # type: ignore[method-assign]
+    protocol.pformat = _deferred_repr  # type: ignore[attr-defined]
+    for module in (protocol, twisted_websocket):
+        module.hltype = module.hlval = _plain  # type: ignore[attr-defined]
 
 
 class RequestPath:

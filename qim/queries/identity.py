@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from qim.models import DeviceToken, token_digest
+from qim.queries.identity_rows import TokenRow, token_rows
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,10 @@ def identity_for_token(key: str, device_id: str | None) -> Identity | None:
 
 def identities_for_tokens(requests: list[tuple[str, str | None]]) -> list[Identity | None]:
     """identity_for_token for each (key, device_id), in order, with one query for them all:
-    a reconnect storm brings thousands of AUTHs at once (docs/performance.md)."""
+    a reconnect storm brings thousands of AUTHs at once (docs/performance.md). The rows are
+    read as live_tokens() filters (qim/queries/identity_rows.py), into plain rows."""
     digests = [token_digest(key) for key, _ in requests]
-    rows = {t.digest: t for t in live_tokens().select_related("device__user__tenant").filter(digest__in=set(digests))}
+    rows = token_rows(set(digests), _issued_after())
     answered: set[str] = set()
     identities = []
     for digest, (_, device_id) in zip(digests, requests):
@@ -82,17 +84,23 @@ def identities_for_tokens(requests: list[tuple[str, str | None]]) -> list[Identi
     return identities
 
 
-def _identity_of(token: DeviceToken, device_id: str | None, copy_user: bool) -> Identity | None:
-    device = token.device
-    if device_id is not None and device.device_id != device_id:
+def _issued_after() -> datetime | None:
+    """What live_tokens() asks of a token's created_at: after this, when tokens expire."""
+    if settings.QIM_TOKEN_TTL_S <= 0:
         return None
-    user = copy.copy(device.user) if copy_user else device.user
+    return timezone.now() - timedelta(seconds=settings.QIM_TOKEN_TTL_S)
+
+
+def _identity_of(token: TokenRow, device_id: str | None, copy_user: bool) -> Identity | None:
+    if device_id is not None and token.device_id != device_id:
+        return None
+    user = copy.copy(token.user) if copy_user else token.user
     return Identity(
         tenant_id=user.tenant_id,
         tenant_name=user.tenant.name,
         user_pk=user.pk,
         user_id=user.username,
-        device_id=device.device_id,
+        device_id=token.device_id,
         is_tenant_admin=user.is_tenant_admin,
         registry_version=user.tenant.registry_version,
         user=user,

@@ -9,7 +9,7 @@ import msgspec
 
 from qim.gateway.fit import fit_list
 from qim.queries.mailbox_rows import EntryRow, entry_rows
-from qim.queries.retention import mailbox_truncated
+from qim.queries.retention import mailbox_heads, mailbox_truncated
 from qim.render import mailbox_event
 
 SYNC_DEFAULT_LIMIT = 200
@@ -64,8 +64,10 @@ def sync_pages(requests: list[SyncRequest]) -> list[SyncPage]:
             (later if request.user_pk in users else now).append((index, request))
             users.add(request.user_pk)
         rows = _entries_after([request for _, request in now])
+        # Read after the pages, as mailbox_truncated would read each (qim/queries/retention.py).
+        heads = mailbox_heads([request.user_pk for _, request in now if request.user_pk not in rows])
         for index, request in now:
-            pages[index] = _page(request, rows.get(request.user_pk, []))
+            pages[index] = _page(request, rows.get(request.user_pk, []), heads.get(request.user_pk))
         pending = later
     return pages  # type: ignore[return-value]
 
@@ -86,7 +88,7 @@ def _entries_after(requests: list[SyncRequest]) -> dict[int, list[EntryRow]]:
     return by_user
 
 
-def _page(request: SyncRequest, rows: list[EntryRow]) -> SyncPage:
+def _page(request: SyncRequest, rows: list[EntryRow], head: int | None = None) -> SyncPage:
     """The page of one request from its entries after the cursor (at most page size + 1)."""
     user_pk, device_id, after_mailbox_seq = request.user_pk, request.device_id, request.after_mailbox_seq
     limit = _page_size(request)
@@ -104,5 +106,5 @@ def _page(request: SyncRequest, rows: list[EntryRow]) -> SyncPage:
         truncated = mailbox_truncated(user_pk, after_mailbox_seq, sent_seqs)
         return SyncPage(fitted.items, fitted.json, next_seq, has_more=True, history_truncated=truncated)
     next_seq = rows[-1].mailbox_seq if rows else after_mailbox_seq
-    truncated = mailbox_truncated(user_pk, after_mailbox_seq, [r.mailbox_seq for r in rows])
+    truncated = mailbox_truncated(user_pk, after_mailbox_seq, [r.mailbox_seq for r in rows], head)
     return SyncPage(events, fitted.json, next_seq, has_more, history_truncated=truncated)

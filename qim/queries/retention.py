@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from qim.models import Conversation, MembershipInterval, MessageRecord, UserMailboxEntry, UserMailboxHead
 
 
-def mailbox_truncated(user_pk: int, after_mailbox_seq: int, seqs: Sequence[int]) -> bool:
+def mailbox_truncated(user_pk: int, after_mailbox_seq: int, seqs: Sequence[int], head: int | None = None) -> bool:
     """True when entries between the cursor and the last of `seqs` (the ascending mailbox_seqs
     a SYNC page covers, skipped ones included) are gone; with no `seqs`, when entries after
-    the cursor existed and none is left."""
+    the cursor existed and none is left. `head`: the user's mailbox head if the caller read it
+    after the page (mailbox_heads, for a burst of SYNCs), else it is read here."""
     expected = after_mailbox_seq + 1
     for seq in seqs:
         if seq != expected:
@@ -24,12 +25,25 @@ def mailbox_truncated(user_pk: int, after_mailbox_seq: int, seqs: Sequence[int])
     if seqs:
         return False
     # Read after the page: an entry committed in between is below the head and still there.
-    head = UserMailboxHead.objects.filter(user_id=user_pk).values_list("mailbox_head", flat=True).first() or 0
+    if head is None:
+        head = UserMailboxHead.objects.filter(user_id=user_pk).values_list("mailbox_head", flat=True).first() or 0
     if head <= after_mailbox_seq:
         return False
     return not UserMailboxEntry.objects.filter(
         user_id=user_pk, mailbox_seq__gt=after_mailbox_seq, mailbox_seq__lte=head
     ).exists()
+
+
+def mailbox_heads(user_pks: Sequence[int]) -> dict[int, int]:
+    """Each user's mailbox head (0 for none yet), in one query per 500 users: what
+    mailbox_truncated reads for an empty page, for a whole burst of SYNCs whose pages came back
+    empty (most of a reconnect storm's, when clients missed nothing)."""
+    heads = dict.fromkeys(user_pks, 0)
+    pks = list(heads)
+    for start in range(0, len(pks), 500):
+        chunk = pks[start : start + 500]
+        heads.update(UserMailboxHead.objects.filter(user_id__in=chunk).values_list("user_id", "mailbox_head"))
+    return heads
 
 
 def history_truncated(

@@ -1,13 +1,15 @@
 """AUTH's token lookups are gathered into one query per burst (qim/gateway/auth_lookup.py):
 many AUTHs at once, valid, revoked, expired, deactivated, of another device, unknown and of
 another tenant, each get exactly the answer they would get alone; nothing is cached, so a
-token revoked between two bursts stops authenticating at once."""
+token revoked between two bursts stops authenticating at once. The lookup is one SQL statement
+of its own (qim/queries/identity_rows.py), so it runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 import websockets
 
-from tests.conftest import QimDeployment, start_embedded
+from tests.conftest import QimDeployment, start_cluster, start_embedded
 from tests.core.credential_helpers import WAIT_S, frames_until_closed, new_token
 from tests.harness.personas import TenantHandle, api, api_ok
 
@@ -25,9 +27,13 @@ ENV = {"QIM_TOKEN_TTL_S": "3600", "QIM_AUTH_TOKEN_RATE_PER_ACCOUNT": "100/minute
 COPIES = 4  # each case this many times in one burst, so that lookups do run together
 
 
-@pytest.fixture(scope="module")
-def deployment(sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:
-    deployment = start_embedded(sqlite_template, work_dir, extra_env=ENV)
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def deployment(request: pytest.FixtureRequest, sqlite_template: Path, work_dir: Path) -> Iterator[QimDeployment]:
+    if request.param == "sqlite":
+        deployment = start_embedded(sqlite_template, work_dir, extra_env=ENV)
+    else:
+        deployment = start_cluster(*(request.getfixturevalue(name) for name in ("postgres", "pg_template", "redis_proc")),
+                                   work_dir, nodes=1, extra_env=ENV)
     deployment.bootstrap("globex")
     yield deployment
     deployment.stop()
@@ -55,7 +61,8 @@ def expire(deployment: QimDeployment, token: str) -> None:
     import hashlib
 
     digest = hashlib.sha256(token.encode()).hexdigest()
-    deployment.db.query("UPDATE qim_devicetoken SET created_at = '2000-01-01 00:00:00' WHERE digest = ?", (digest,))
+    deployment.db.query("UPDATE qim_devicetoken SET created_at = '2000-01-01 00:00:00' WHERE digest = ? "
+                        "RETURNING digest", (digest,))  # RETURNING: the harness fetches rows
 
 
 def mixed_cases(deployment: QimDeployment) -> list[tuple[str, str, dict | None]]:
@@ -87,7 +94,9 @@ def acme(deployment: QimDeployment) -> TenantHandle:
 
 
 async def test_a_burst_of_mixed_auths_answers_each_as_alone(deployment: QimDeployment, acme: TenantHandle) -> None:
+    issued_from = time.time() * 1000
     cases = mixed_cases(deployment) * COPIES
+    issued_until = time.time() * 1000
     before = acme.node.stats(acme.admin_token)["counters"]
     answers = await auth_burst(acme.node, [(token, device) for token, device, _ in cases])
     for i, ((token, device, expected), (frames, code, ws)) in enumerate(zip(cases, answers)):
@@ -98,6 +107,9 @@ async def test_a_burst_of_mixed_auths_answers_each_as_alone(deployment: QimDeplo
         ok = frames[0]
         assert {k: ok[k] for k in expected} == expected, (i, ok)
         assert ok["req_id"] == f"a{i}"
+        # The token's issue time as read from its row (SQLite's text, PostgreSQL's timestamptz).
+        issued_ms = ok["token_expires_at_ms"] - int(ENV["QIM_TOKEN_TTL_S"]) * 1000
+        assert issued_from - 2000 <= issued_ms <= issued_until + 2000, (i, ok)
         await ws.send(json.dumps({"type": "PING", "req_id": "p"}))  # the session works past AUTH
         assert json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] == "PONG"
         await ws.close()

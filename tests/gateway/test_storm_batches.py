@@ -41,19 +41,23 @@ def seqs(page: dict[str, Any]) -> list[int]:
 
 
 async def test_a_burst_of_syncs_answers_each_as_alone(deployment: QimDeployment) -> None:
-    devices = await sessions(deployment, "acme", ["alice", "bob/phone", "bob/laptop", "carol", "dave"])
+    devices = await sessions(deployment, "acme", ["alice", "bob/phone", "bob/laptop", "carol", "dave", "erin"])
     alice, alice_ws = devices["alice"]
-    members = [devices[n][0].user_id for n in ("bob/phone", "carol")]
+    members = [devices[n][0].user_id for n in ("bob/phone", "carol", "erin")]
     group = api_ok(deployment.node, "POST", "conversations", alice.token(),
                    json={"kind": "group", "member_user_ids": members})["conversation_id"]
     for n in range(MESSAGES):
         ack = await reply(alice_ws, {"type": "SEND", "req_id": f"m{n}", "conversation_id": group, "client_msg_id": f"m{n}",
                                      "content_type": "text", "payload": {"text": f"hello {n}"}})
         assert ack["type"] == "ACK", ack
+    # Erin's entries gone, as retention deletes them: her empty pages read her head in the burst.
+    deployment.db.query("DELETE FROM qim_usermailboxentry WHERE user_id IN (SELECT id FROM qim_user WHERE username = ?) "
+                        "RETURNING mailbox_seq", (devices["erin"][0].user_id,))
     # (device, cursor, limit): one user's two devices in one burst, small pages, an empty mailbox,
-    # the sender's own device, a cursor at the head.
+    # the sender's own device, a cursor at the head, an emptied mailbox from before and at its head.
     asks = [("bob/phone", 0, 5), ("bob/laptop", 3, None), ("carol", 0, None), ("carol", 10, 1),
-            ("dave", 0, None), ("alice", 0, None), ("bob/phone", MESSAGES, None)]
+            ("dave", 0, None), ("alice", 0, None), ("bob/phone", MESSAGES, None), ("erin", 0, None),
+            ("erin", MESSAGES, None)]
     sockets = {name: ws for name, (_, ws) in devices.items()}
 
     def frame(i: int, cursor: int, limit: int | None) -> dict[str, Any]:
@@ -66,9 +70,11 @@ async def test_a_burst_of_syncs_answers_each_as_alone(deployment: QimDeployment)
     alone = [await reply(sockets[name], frame(i, cursor, limit)) for i, (name, cursor, limit) in enumerate(asks)]
     assert burst == alone
     assert [seqs(p) for p in burst] == [[1, 2, 3, 4, 5], list(range(4, MESSAGES + 1)), list(range(1, MESSAGES + 1)),
-                                         [11], [], list(range(1, MESSAGES + 1)), []]
+                                         [11], [], list(range(1, MESSAGES + 1)), [], [], []]
     assert [(p["next_mailbox_seq"], p["has_more"]) for p in burst] == [
-        (5, True), (MESSAGES, False), (MESSAGES, False), (11, True), (0, False), (MESSAGES, False), (MESSAGES, False)]
+        (5, True), (MESSAGES, False), (MESSAGES, False), (11, True), (0, False), (MESSAGES, False), (MESSAGES, False),
+        (0, False), (MESSAGES, False)]
+    assert [p.get("history_truncated", False) for p in burst] == [False] * 7 + [True, False]
     texts = [e["message"]["payload"]["text"] for e in burst[2]["events"]]
     assert texts == [f"hello {n}" for n in range(MESSAGES)]
     for ws in [*sockets.values(), *(w for ws in extra.values() for w in ws)]:
