@@ -6,8 +6,8 @@ application instances, forget closed protocols) and in `timeout_checker` (every 
 handshake past websocket_connect_timeout). With 18 000 idle sockets those two walks were most
 of the node's idle CPU (docs/performance.md, "Issue 22: density and idle cost"). Here the
 application checker visits only the protocols that disconnected or whose application finished
-(both say so as they happen), and the timeout checker keeps each protocol in a heap under the
-moment its next check is due, so a tick costs what is due, not what is connected. What each
+(both say so as they happen), and the timeout checker files each protocol in a timing wheel
+under the second its next check falls due, so a tick costs what is due, not what is connected. What each
 check does is daphne's own `check_timeouts`, unchanged; only when it runs moves (never later
 than daphne's 2-second tick would have run it). The checkers themselves are in
 qim/gateway/daphne_checks.py, installed by qim/asgi.py.
@@ -15,8 +15,7 @@ qim/gateway/daphne_checks.py, installed by qim/asgi.py.
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import math
 import weakref
 from typing import Any
 
@@ -43,24 +42,37 @@ def next_check_at(server: Any, protocol: Any, now: float) -> float:
 
 
 class ConnectionTimers:
-    """The two per-server sets the checkers walk instead of `server.connections`."""
+    """The two per-server sets the checkers walk instead of `server.connections`.
+
+    The due checks are a timing wheel of 1 s slots, not a heap: a protocol is filed (a weak
+    reference appended to a list, so a closed one is not kept alive) under the first whole
+    second at or after its due moment, and a tick takes every slot up to now. Nothing is filed
+    per frame: activity only moves `last_ping`, and the slot's check files the protocol again
+    under its new due moment. A tick of 720 due sockets (18 000 at 25 s) then costs list
+    appends, not 720 heap pops and pushes (docs/performance.md, issue 22, third round)."""
 
     def __init__(self) -> None:
         self.pending: set[Any] = set()  # disconnected, or its application finished
-        # (due, tie-breaker, weak reference): a closed protocol is not kept alive until due.
-        self.heap: list[tuple[float, int, weakref.ref]] = []
-        self.order = itertools.count()
+        self.slots: dict[int, list[weakref.ref]] = {}
 
     def schedule(self, protocol: Any, at: float) -> None:
-        heapq.heappush(self.heap, (at, next(self.order), weakref.ref(protocol)))
+        entries = self.slots.get(slot := math.ceil(at))
+        if entries is None:
+            self.slots[slot] = [weakref.ref(protocol)]
+        else:
+            entries.append(weakref.ref(protocol))
 
-    def pop_due(self, now: float) -> Any:
-        """The next protocol due by `now` (None when none is), popped."""
-        while self.heap and self.heap[0][0] <= now:
-            protocol = heapq.heappop(self.heap)[2]()
-            if protocol is not None:
-                return protocol
-        return None
+    def take_due(self, now: float) -> list[weakref.ref]:
+        """Every entry filed under a slot up to `now`, those slots emptied (never early: a
+        slot is the whole second at or after each of its entries' due moments). The slots
+        are looked up by key, not walked second by second, so a filing into a second already
+        past (a slow tick) or a wall clock that jumped either way is taken at the next tick
+        like any other; the keys are the distinct due seconds, about the interval's count."""
+        last = math.floor(now)
+        due: list[weakref.ref] = []
+        for slot in [slot for slot in self.slots if slot <= last]:
+            due.extend(self.slots.pop(slot))
+        return due
 
     def mark(self, protocol: Any, *_: Any) -> None:
         self.pending.add(protocol)

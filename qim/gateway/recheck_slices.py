@@ -41,11 +41,19 @@ class RecheckSlices:
             self.slices[index] = kept
         return [index_of[i] for i in kept]
 
-    def _take_new(self, node: Any, index: int) -> None:
+    def fresh(self, node: Any, index: int) -> list[Connection]:
+        """The open sockets registered since the last look (every one at the first), filed
+        into slice `index`: qim/gateway/credentials_watch.py re-checks them at once."""
+        index_of = node.connections
+        return [index_of[i] for i in self._take_new(node, index) if i in index_of]
+
+    def _take_new(self, node: Any, index: int) -> list[str]:
+        """The ids newly filed (all of them on a rebuild)."""
         opened = node.counters["connections_opened"]
         new = opened - self.opened
+        taken: list[str] = []
         if self.opened < 0 or new < 0:
-            self._rebuild(node)
+            taken = self._rebuild(node)
         elif new:
             # Every socket registered since is among the last `new` entries of the index (some
             # of those may be older ones, already in a slice: skipped).
@@ -55,11 +63,14 @@ class RecheckSlices:
                 if connection_id not in members:
                     members.add(connection_id)
                     target.append(connection_id)
+                    taken.append(connection_id)
         self.opened = opened
+        return taken
 
-    def _rebuild(self, node: Any) -> None:
+    def _rebuild(self, node: Any) -> list[str]:
         """Every open socket into a slice by its position (the first step, or a reset counter)."""
         everyone = list(node.connections.keys())
         count = len(self.slices)
         self.slices = [everyone[i::count] for i in range(count)]
         self.members = set(everyone)
+        return everyone

@@ -1,12 +1,12 @@
 """Each node's side of revocation: close (4403) the local sockets whose token was revoked,
 expired or whose user was deactivated. Two paths, either one enough: the notice every node
-gets at once (qim/revocation.py), and a re-check of all local sockets' tokens every
-QIM_TOKEN_RECHECK_S (a tenth of them each tenth of it), which closes them even when a notice
-was lost."""
+gets at once (qim/revocation.py), and a re-check each tenth of QIM_TOKEN_RECHECK_S of the
+sockets qim/gateway/credentials_watch.py names (all of them when the credentials generation
+moved, else the new ones and a backstop slice; expired ones from a heap), which closes them
+even when a notice was lost."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any
 
@@ -17,7 +17,8 @@ from qim.clock import now_ms
 from qim.db import in_db_thread
 from qim.gateway.connection import Connection
 from qim.gateway.node import ConnectionNode, node_message_handler, on_node_start
-from qim.gateway.recheck_slices import SLICES, RecheckSlices
+from qim.gateway.credentials_watch import CredentialsWatch
+from qim.gateway.recheck_slices import SLICES
 from qim.queries.identity import live_digests_among
 from qim.revocation import CREDENTIALS_GROUP, MESSAGE_TYPE, TOKEN_EXPIRED, TOKEN_REVOKED
 
@@ -63,13 +64,22 @@ async def recheck_credentials(node: ConnectionNode, conns: list[Connection] | No
         await close_for_credentials(node, conn, TOKEN_EXPIRED if expired else TOKEN_REVOKED, "credentials_closed_by_recheck")
 
 
+async def recheck_step(node: ConnectionNode, watch: CredentialsWatch) -> None:
+    """One step: the expired sockets closed, then the named ones re-checked."""
+    check, expired = await watch.due(node)
+    for conn in expired:
+        await close_for_credentials(node, conn, TOKEN_EXPIRED, "credentials_closed_by_recheck")
+    closed = {id(conn) for conn in expired}
+    await recheck_credentials(node, [conn for conn in check if id(conn) not in closed])
+
+
 @on_node_start
 async def recheck_forever(node: ConnectionNode) -> None:
     if settings.QIM_TOKEN_RECHECK_S <= 0:
         return  # off: only notices close sockets, and expiry is enforced at AUTH and REST only
-    steps, slices = itertools.cycle(range(RECHECK_SLICES)), RecheckSlices(RECHECK_SLICES)
+    watch = CredentialsWatch()
     await every(
         lambda: settings.QIM_TOKEN_RECHECK_S / RECHECK_SLICES,
-        lambda: recheck_credentials(node, slices.due(node, next(steps))),
+        lambda: recheck_step(node, watch),
         log=logger, failed="credentials re-check failed; retrying",
     )

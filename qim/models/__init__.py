@@ -2,6 +2,7 @@
 control-event bookkeeping."""
 
 from qim.models.accounts import Device, DeviceToken, Tenant, User, new_token_key, token_digest
+from qim.models.credentials import CredentialsGeneration
 from qim.models.control import ModerationAudit, PendingReadSync
 from qim.models.conversations import (
     Conversation,
@@ -14,6 +15,7 @@ from qim.models.mailbox import PushTask, UserBadgeState, UserMailboxEntry, UserM
 
 __all__ = [
     "Conversation",
+    "CredentialsGeneration",
     "Device",
     "DeviceToken",
     "MembershipInterval",
