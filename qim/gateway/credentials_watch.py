@@ -3,7 +3,11 @@
 Database triggers bump one row, the credentials generation (qim/models/credentials.py), on
 every change that can stop a token authenticating. Each step (QIM_TOKEN_RECHECK_S / SLICES)
 reads that row first, then re-checks:
-- every local socket, when the generation moved since the last step (or its row is missing);
+- every local socket, when the generation moved since the last step (or its row is missing),
+  at most once per QIM_TOKEN_RECHECK_S: a deployment where logins prune old tokens moves the
+  generation every few seconds, and a full pass at each step would cost ten times the sliced
+  re-check it replaced. Within the period after a full pass a move starts a sliced sweep
+  instead (one slice a step, so every socket within one period, as before this round);
 - else only the sockets registered since the last step (so a socket whose AUTH read its token
   just before a revocation committed is re-checked by a query issued after its registration:
   if the revocation committed before that query, the query sees it; if after, it committed
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from typing import Any
 
 from django.conf import settings
@@ -44,6 +49,8 @@ class CredentialsWatch:
         self.slices = RecheckSlices(SLICES)
         self.steps = itertools.count()
         self.expiries: list[tuple[int, str, int]] = []  # (expires at ms, connection id, issued ms)
+        self.full_at = float("-inf")  # monotonic time of the last full pass
+        self.sweep_left = 0  # steps of a sliced sweep still owed since the generation moved
 
     async def due(self, node: Any) -> tuple[list[Connection], list[Connection]]:
         """(sockets to re-check with a query, sockets whose token expired) for this step."""
@@ -52,10 +59,17 @@ class CredentialsWatch:
         slice_index = (step // BACKSTOP_EVERY) % SLICES
         fresh = self.slices.fresh(node, slice_index)
         self._file_expiries(fresh)
-        moved = generation is None or generation != self.generation
+        if generation is None or generation != self.generation:
+            self.sweep_left = SLICES  # every socket re-read after this move, one way or the other
         self.generation = generation
-        if moved:
+        if self.sweep_left and time.monotonic() - self.full_at >= settings.QIM_TOKEN_RECHECK_S:
+            self.full_at, self.sweep_left = time.monotonic(), 0
+            node.counters["credentials_full_rechecks"] += 1
             check = list(node.connections.values())
+        elif self.sweep_left:
+            self.sweep_left -= 1
+            taken = {id(conn) for conn in fresh}
+            check = fresh + [conn for conn in self.slices.due(node, step % SLICES) if id(conn) not in taken]
         elif step % BACKSTOP_EVERY == 0:
             check = self.slices.due(node, slice_index)  # the fresh ones were filed into it
         else:

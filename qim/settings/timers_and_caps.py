@@ -57,17 +57,15 @@ QIM_MAX_INBOUND_FRAME_DEPTH = 32
 # they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
 # "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
 QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
-# The collector's two older thresholds (gc.set_threshold's second and third; Python's are 10
-# and 10), set with the young one. A middle pass scans what up to threshold + 1 young passes
-# kept: at Python's 10 and a young threshold of 20 000, up to 220 000 objects, and after a
-# join storm of 5 000 sockets that was 140-220 ms of the node's CPU in one step of the loop,
-# inside a 10 000-member room's first messages (docs/performance.md, "Third round: ...
-# the collector's pauses"). At 1 each middle pass scans what one or two young passes kept;
-# every object is still scanned once there before it is promoted, so the total is the same,
-# in smaller steps. The full pass waits for 100 middle passes instead of 10 (Python also waits
-# until a quarter more objects were promoted): about as many young passes apart as before.
-QIM_GC_MIDDLE_THRESHOLD = env.int("QIM_GC_MIDDLE_THRESHOLD", default=1)
-QIM_GC_OLD_THRESHOLD = env.int("QIM_GC_OLD_THRESHOLD", default=100)
+# The collector's two older thresholds (gc.set_threshold's second and third), set with the
+# young one; Python's 10 and 10 by default. A middle pass scans what up to threshold + 1 young
+# passes kept: after a join storm of 5 000 sockets, 140-220 ms of a node's CPU in one step.
+# (1, 100) cut that pause to 28-130 ms on a loaded machine, but on the quiet machine the
+# 10 000-member two-node room measured p99 436 and 757 ms at (1, 100) against 380 and 399 at
+# (10, 10), same code otherwise, back to back (docs/performance.md, "Third round: ... the
+# collector's pauses"): a middle pass after every young pass costs more in all than it saves.
+QIM_GC_MIDDLE_THRESHOLD = env.int("QIM_GC_MIDDLE_THRESHOLD", default=10)
+QIM_GC_OLD_THRESHOLD = env.int("QIM_GC_OLD_THRESHOLD", default=10)
 # Room pushes (rooms/local.py; docs/performance.md "Issue 22: per-frame cost and big rooms"):
 # the most events one pushed ROOM_BATCH carries; 0 (the default) merges everything a room's
 # tick holds into one frame. 1 pushes every event in a frame of its own (clients that want

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.conftest import QimDeployment, start_cluster, start_embedded
 from tests.core.credential_helpers import WAIT_S, frames_until_closed, new_token, open_session, still_open
+from tests.harness.personas import api_ok
 
 ENV = {
     "QIM_TOKEN_RECHECK_S": "1",
@@ -73,6 +75,30 @@ async def test_sockets_that_auth_while_their_tokens_go_all_end_closed(embedded: 
     # Each token is gone either way: a socket that passed AUTH was closed, one that did not was refused.
     for _, token in raced:
         assert embedded.db.count("qim_devicetoken", "digest = ?", (digest(token),)) == 0
+
+
+async def test_a_generation_moving_at_every_step_costs_one_full_pass_a_period(embedded: QimDeployment) -> None:
+    """Logins that prune a device's oldest token move the generation every few steps; a full
+    pass at each would cost ten times the sliced re-check. At most one full pass per period
+    (QIM_TOKEN_RECHECK_S, 1 s here) runs, and a token deleted meanwhile is still caught."""
+    acme = embedded.tenants["acme"]
+    churner, victim = acme.persona("churner"), acme.persona("churnvictim")
+    for _ in range(10):  # the device's 10 kept tokens: from now on each login prunes one
+        new_token(churner, "phone")
+    ws = await open_session(acme.node, new_token(victim, "phone"), "phone")
+    before = api_ok(acme.node, "GET", "node", acme.admin_token)["counters"].get("credentials_full_rechecks", 0)
+    began = time.monotonic()
+    for n in range(40):
+        new_token(churner, "phone")
+        if n == 5:
+            embedded.db.query("DELETE FROM qim_devicetoken WHERE device_id IN (SELECT d.id FROM qim_device d "
+                              "JOIN qim_user u ON u.id = d.user_id WHERE u.username = ?)", (victim.user_id,))
+        await asyncio.sleep(0.05)
+    frames, code = await frames_until_closed(ws)
+    full = api_ok(acme.node, "GET", "node", acme.admin_token)["counters"]["credentials_full_rechecks"] - before
+    elapsed = time.monotonic() - began
+    assert code == 4403, frames
+    assert 1 <= full <= elapsed / 1.0 + 2, (full, elapsed)
 
 
 def pg_execute(deployment: QimDeployment, sql: str, params: tuple = ()) -> None:
