@@ -56,5 +56,5 @@ application = RecoverOnStart(
 # (docs/performance.md, DM isolation).
 gc.freeze()
 # Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD);
-# middle passes after each one or two of them, so that none scans a whole join storm at once.
+# the older two thresholds are settings too (Python's 10 and 10 by default, qim/settings/timers_and_caps.py).
 gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, settings.QIM_GC_MIDDLE_THRESHOLD, settings.QIM_GC_OLD_THRESHOLD)

@@ -23,6 +23,12 @@ REPLY = "node.reply"
 UNKNOWN_OP = "unknown_op"
 
 
+def runs(op: Any) -> bool:
+    """Whether this node answers `op`: it has the handler and QIM_NODE_CALL_OPS_OFF leaves
+    it on (the same answer for a call from this node and from another)."""
+    return has_call_handler(op) and op not in settings.QIM_NODE_CALL_OPS_OFF
+
+
 class NodeCalls:
     """This node's calls waiting for an answer, and its answers to other nodes' calls."""
 
@@ -38,8 +44,8 @@ class NodeCalls:
         this node runs the handler directly: there is no message to send, nothing to wait for.
         """
         if node_id == self.path.node_id:
-            if op in settings.QIM_NODE_CALL_OPS_OFF:
-                raise Refused(UNKNOWN_OP, f"{op} is switched off on {node_id}")
+            if not runs(op):
+                raise Refused(UNKNOWN_OP, f"{op} is unknown on {node_id}")
             return await call_handler(op)(self.path.node, body)
         self.path.node.ensure_started()  # the listener must run for the reply to arrive
         self._call_serial += 1
@@ -61,7 +67,7 @@ class NodeCalls:
     async def answer(self, message: dict[str, Any]) -> None:
         reply: dict[str, Any] = {"type": REPLY, "call_id": message["call_id"]}
         op = message.get("op")
-        if not has_call_handler(op) or op in settings.QIM_NODE_CALL_OPS_OFF:
+        if not runs(op):
             # A caller of a newer release during a rolling upgrade (or an op switched off):
             # said so exactly, so it can fall back; nothing failed here.
             self.path.node.counters["node_calls_unknown_op"] += 1

@@ -43,8 +43,9 @@ def live_tokens() -> QuerySet[DeviceToken]:
     """Tokens that still authenticate: their user is active and, when QIM_TOKEN_TTL_S is
     set, they are younger than that."""
     tokens = DeviceToken.objects.filter(device__user__is_active=True)
-    if settings.QIM_TOKEN_TTL_S > 0:
-        tokens = tokens.filter(created_at__gt=timezone.now() - timedelta(seconds=settings.QIM_TOKEN_TTL_S))
+    issued_after = _issued_after()
+    if issued_after is not None:
+        tokens = tokens.filter(created_at__gt=issued_after)
     return tokens
 
 
@@ -85,7 +86,8 @@ def identities_for_tokens(requests: list[tuple[str, str | None]]) -> list[Identi
 
 
 def _issued_after() -> datetime | None:
-    """What live_tokens() asks of a token's created_at: after this, when tokens expire."""
+    """The moment a live token's created_at must be after, or None while QIM_TOKEN_TTL_S is
+    off: live_tokens()'s filter and AUTH's row query (identity_rows) both ask it."""
     if settings.QIM_TOKEN_TTL_S <= 0:
         return None
     return timezone.now() - timedelta(seconds=settings.QIM_TOKEN_TTL_S)

@@ -33,12 +33,15 @@ class TokenRow:
 
 def _converted(model: type[Model], alias: str, values: tuple[Any, ...]) -> list[Any]:
     """Each column's value as the ORM would give it (SQLite's datetimes are text, say)."""
-    out = []
-    for (column, converters), value in zip(_columns(model, alias), values):
-        for converter in converters:
-            value = converter(value, column, connection)
-        out.append(value)
-    return out
+    return [_convert(value, column) for column, value in zip(_columns(model, alias), values)]
+
+
+def _convert(value: Any, column: tuple[Any, list[Any]]) -> Any:
+    """One value through its column's converters (`_with_converters`)."""
+    col, converters = column
+    for converter in converters:
+        value = converter(value, col, connection)
+    return value
 
 
 @cache
@@ -99,10 +102,7 @@ def _token_row(row: tuple[Any, ...]) -> TokenRow:
 
 
 def _issued_at(value: Any) -> datetime:
-    column, converters = _issued_column()
-    for converter in converters:
-        value = converter(value, column, connection)
-    return value
+    return _convert(value, _issued_column())
 
 
 @cache

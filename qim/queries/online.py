@@ -11,6 +11,7 @@ always was, and finds the message in its mailbox when it reconnects.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Mapping, Set
 
 from asgiref.sync import async_to_sync
@@ -53,10 +54,16 @@ def capable_members_statement(tenant_id: int, conversation_id: str) -> tuple[str
     """capable_members as SQL and params, the SQL written out once: compiling the QuerySet
     for every SEND batch was a sixth of the node's busy samples (issue #22,
     docs/performance.md). The same rows, the same tenant wall (the conversation's tenant)."""
+    return _capable_members_sql(), [tenant_id, conversation_id]
+
+
+@functools.cache
+def _capable_members_sql() -> str:
+    """_CAPABLE_MEMBERS_SQL with the models' table names, formatted once per process."""
     return _CAPABLE_MEMBERS_SQL.format(
         interval=MembershipInterval._meta.db_table, conversation=Conversation._meta.db_table,
         user=User._meta.db_table, device=Device._meta.db_table,
-    ), [tenant_id, conversation_id]
+    )
 
 
 _CAPABLE_MEMBERS_SQL = (
