@@ -146,7 +146,13 @@ def run_qim(work_dir, n: int, processes: int, asgi_server: str, node_env: dict[s
         create_rooms(node.http_url, admin, -(-n // ROOM_MEMBERS))
         members = [(spec, users[spec[0]]) for spec in specs]
         name = "qim" if asgi_server == "daphne" else f"qim_{asgi_server}"
-        return hold(name, node.process.pid, Target("qim", node.ws_url), members, processes, IDLE_S)
+        row = hold(name, node.process.pid, Target("qim", node.ws_url), members, processes, IDLE_S)
+        # Which keepalive the node gave the sockets (QIM_WS_KEEPALIVE=auto: the kernel's for
+        # direct ones, docs/performance.md "Fourth round: the kernel keeps a direct socket alive").
+        counters = node.stats(admin)["counters"]
+        row["keepalive"] = {"by_kernel": counters.get("keepalive_by_kernel", 0),
+                            "by_frames": counters.get("keepalive_by_frames", 0)}
+        return row
     finally:
         if node is not None:
             node.stop()
@@ -211,6 +217,10 @@ def report(args, rows: list[dict[str, Any]], n: int, wanted: int, hard: int, lim
         [[r["server"], r["connections"], r["connect_s"], r["connections_per_s"], r["rss_before_mib"], r["rss_after_mib"],
           r["kib_per_connection"], r["server_cpu_connecting_pct"], r["server_cpu_idle_pct"]] for r in rows],
     )
+    for row in rows:
+        if "keepalive" in row:
+            print(f"{row['server']} keepalive: {row['keepalive']['by_kernel']} sockets by the kernel's TCP keepalive, "
+                  f"{row['keepalive']['by_frames']} by Pong frames")
     for server, summary in PROFILE["summaries"].items():
         print_summary(f"profile of {server} while idle", summary)
     by = {r["server"]: r for r in rows}
