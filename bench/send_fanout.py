@@ -11,8 +11,12 @@ the write path, not the limiter. Senders wait for each ACK (closed loop), severa
 in a load process of their own (the `websockets` client, compression off: four sockets are no
 load). --quick runs 2 s per case instead of 5 s, without SQLite at 10 000 members and the COPY
 baseline below 1 000. Where the COPY baseline runs, QIM's case and COPY's alternate in short
-slices (bench/send_slices.py), so both see the same moments of a shared machine. --profile samples the server with py-spy during each case (raw stacks in
-DIR, a summary in the output). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
+slices (bench/send_slices.py), so both see the same moments of a shared machine; the senders'
+sockets and the COPY connection are opened once per case and each side warms up unmetered
+first, so a slice measures the steady rate. `postgres_cpu_ms_per_send` and
+`copy_postgres_cpu_ms_per_message` are PostgreSQL's whole process tree's CPU over each side's
+slices per message. --profile samples the server with py-spy during each case (raw stacks in
+DIR, a summary in the output). --rounds N sets the slices per side (1: each side once). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
 baseline's at 1 000 members on PostgreSQL (issue #22).
 """
 
