@@ -125,20 +125,29 @@ def _write_batch(conn: Any, first_seq: int, members: int, member_ids: str) -> No
         )
 
 
-def copy_prepare(url: str, members: int) -> None:
-    """The baseline's tables, analysed, before its first slice."""
+# Per load process (bench/send_slices.py keeps one for a whole case): the COPY baseline's
+# connection, opened by copy_prepare and kept for every slice, closed by copy_check. Each
+# slice used to open its own, so each began on a new backend with cold catalog caches.
+_CONNECTIONS: dict[str, Any] = {}
+
+
+def _connection(url: str) -> Any:
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        _copy_tables(conn, members)
+    if url not in _CONNECTIONS:
+        _CONNECTIONS[url] = psycopg.connect(url, autocommit=True)
+    return _CONNECTIONS[url]
+
+
+def copy_prepare(url: str, members: int) -> None:
+    """The baseline's tables, analysed, before its first slice."""
+    _copy_tables(_connection(url), members)
 
 
 def copy_slice(url: str, members: int, seconds: float, first_message: int) -> dict[str, Any]:
     """Batches of COPY_BATCH messages to `members` users back to back for `seconds` (module
     doc), numbered on from `first_message` (the messages of earlier slices)."""
-    import psycopg
-
-    conn = psycopg.connect(url, autocommit=True)
+    conn = _connection(url)
     member_ids = "{" + ",".join(map(str, range(1, members + 1))) + "}"
     messages = 0
     started = time.monotonic()
@@ -148,7 +157,6 @@ def copy_slice(url: str, members: int, seconds: float, first_message: int) -> di
         _write_batch(conn, first_message + messages + 1, members, member_ids)
         messages += COPY_BATCH
     elapsed = time.monotonic() - started
-    conn.close()
     return {"messages": messages, "elapsed": elapsed}
 
 
@@ -156,7 +164,7 @@ def copy_check(url: str, members: int, messages: int) -> None:
     """Every slice's rows are there: messages x members mailbox rows."""
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as conn:
+    with _CONNECTIONS.pop(url, None) or psycopg.connect(url, autocommit=True) as conn:
         written = conn.execute("SELECT count(*) FROM bench_mailbox").fetchone()[0]
     if written != messages * members:
         raise RuntimeError(f"COPY baseline wrote {written} mailbox rows, not {messages * members}")

@@ -11,8 +11,12 @@ the write path, not the limiter. Senders wait for each ACK (closed loop), severa
 in a load process of their own (the `websockets` client, compression off: four sockets are no
 load). --quick runs 2 s per case instead of 5 s, without SQLite at 10 000 members and the COPY
 baseline below 1 000. Where the COPY baseline runs, QIM's case and COPY's alternate in short
-slices (bench/send_slices.py), so both see the same moments of a shared machine. --profile samples the server with py-spy during each case (raw stacks in
-DIR, a summary in the output). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
+slices (bench/send_slices.py), so both see the same moments of a shared machine; the senders'
+sockets and the COPY connection are opened once per case and each side warms up unmetered
+first, so a slice measures the steady rate. `postgres_cpu_ms_per_send` and
+`copy_postgres_cpu_ms_per_message` are PostgreSQL's whole process tree's CPU over each side's
+slices per message. --profile samples the server with py-spy during each case (raw stacks in
+DIR, a summary in the output). --rounds N sets the slices per side (1: each side once). `ratios.send_vs_copy_1000` is QIM's mailbox rows/s over the COPY
 baseline's at 1 000 members on PostgreSQL (issue #22).
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import time
@@ -55,42 +60,69 @@ QUICK_ROUNDS = 4
 ROUNDS = 5
 
 
-def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds: float) -> dict[str, Any]:
-    """One load process: each token sends text SENDs back to back for `seconds`."""
-    import websockets
+# Per load process (bench/send_slices.py keeps one for a whole case): the event loop and the
+# sender sockets, connected and AUTHed by the first slice and kept for the later ones.
+_SENDERS: dict[tuple[str, tuple[str, ...]], tuple[asyncio.AbstractEventLoop, list[Any]]] = {}
+_REQUESTS = itertools.count(1)
 
-    async def one(token: str, index: int) -> tuple[list[float], float, float]:
-        latencies = []
-        async with websockets.connect(ws_url, max_size=None, compression=None) as ws:
+
+def _connected(ws_url: str, tokens: list[str]) -> tuple[asyncio.AbstractEventLoop, list[Any]]:
+    """This process's sender sockets for `tokens`, connected and AUTHed once.
+
+    Each slice used to open and AUTH fresh sockets, so every 0.5-1 s slice began on cold
+    sockets; the sockets now idle through the COPY slices instead (docs/performance.md,
+    "Fourth round")."""
+    key = (ws_url, tuple(tokens))
+    if key not in _SENDERS:
+        import websockets
+
+        async def open_one(token: str) -> Any:
+            ws = await websockets.connect(ws_url, max_size=None, compression=None)
             await ws.send(json.dumps({"type": "AUTH", "token": token, "device_id": "populated"}))
             assert json.loads(await ws.recv())["type"] == "AUTH_OK"
-            began = time.monotonic()
-            deadline = began + seconds
-            n = 0
-            while time.monotonic() < deadline:
-                n += 1
-                req = f"{index}-{n}"
-                started = time.perf_counter()
-                await ws.send(json.dumps({
-                    "type": "SEND", "req_id": req, "conversation_id": conversation_id,
-                    "client_msg_id": f"bench-{time.time_ns()}-{req}", "content_type": "text",
-                    "payload": {"text": "x" * 64},
-                }))
-                while True:  # skip EVENT pushes of our own group
-                    frame = json.loads(await ws.recv())
-                    if frame.get("req_id") == req:
-                        break
-                if frame["type"] != "ACK":
-                    raise RuntimeError(frame)
-                latencies.append((time.perf_counter() - started) * 1000)
-        return latencies, began, time.monotonic()
+            return ws
 
-    async def main() -> list[tuple[list[float], float, float]]:
-        return await asyncio.gather(*(one(t, i) for i, t in enumerate(tokens)))
+        async def open_all() -> list[Any]:
+            return list(await asyncio.gather(*(open_one(t) for t in tokens)))
 
-    per_sender = asyncio.run(main())
-    # From the first sender's start after AUTH to the last ACK: connecting is not sending,
-    # and slices (bench/send_slices.py) would otherwise pay it once each.
+        loop = asyncio.new_event_loop()
+        _SENDERS[key] = (loop, loop.run_until_complete(open_all()))
+    return _SENDERS[key]
+
+
+async def _send_for(ws: Any, index: int, conversation_id: str, seconds: float) -> tuple[list[float], float, float]:
+    """SENDs on `ws` back to back, each after the last one's ACK, for `seconds`."""
+    latencies = []
+    began = time.monotonic()
+    deadline = began + seconds
+    while time.monotonic() < deadline:
+        req = f"{index}-{next(_REQUESTS)}"
+        started = time.perf_counter()
+        await ws.send(json.dumps({
+            "type": "SEND", "req_id": req, "conversation_id": conversation_id,
+            "client_msg_id": f"bench-{time.time_ns()}-{req}", "content_type": "text",
+            "payload": {"text": "x" * 64},
+        }))
+        while True:  # skip EVENT pushes of our own group
+            frame = json.loads(await ws.recv())
+            if frame.get("req_id") == req:
+                break
+        if frame["type"] != "ACK":
+            raise RuntimeError(frame)
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies, began, time.monotonic()
+
+
+def sender_process(ws_url: str, tokens: list[str], conversation_id: str, seconds: float) -> dict[str, Any]:
+    """One load process: each token sends text SENDs back to back for `seconds`, on sockets
+    kept from one slice to the next (`_connected`)."""
+    loop, sockets = _connected(ws_url, tokens)
+
+    async def send_all() -> list[tuple[list[float], float, float]]:
+        return list(await asyncio.gather(*(_send_for(ws, i, conversation_id, seconds) for i, ws in enumerate(sockets))))
+
+    per_sender = loop.run_until_complete(send_all())
+    # From the first sender's first SEND to the last ACK: connecting is not sending.
     elapsed = max(end for _, _, end in per_sender) - min(began for _, began, _ in per_sender)
     flat = [x for lat, _, _ in per_sender for x in lat]
     return {"acks": len(flat), "elapsed": elapsed, "latencies": flat}
@@ -104,15 +136,12 @@ PROFILES: dict[str, dict] = {}
 STARTED = time.monotonic()
 
 
-def database_pids(backend: Backend) -> list[int]:
-    """PostgreSQL's postmaster and its backends (their CPU is the database's share)."""
+def database_root(backend: Backend) -> int | None:
+    """PostgreSQL's postmaster: its process tree's CPU is the database's share, backends and
+    workers started during a slice included (bench/send_slices.py TreeCpu)."""
     if backend.pg is None:
-        return []
-    import psutil
-
-    master = int((backend.pg.datadir / "postmaster.pid").read_text().split()[0])
-    proc = psutil.Process(master)
-    return [master] + [child.pid for child in proc.children(recursive=True)]
+        return None
+    return int((backend.pg.datadir / "postmaster.pid").read_text().split()[0])
 
 
 def settle(db) -> None:  # type: ignore[no-untyped-def]
@@ -179,14 +208,13 @@ def copy_columns(copied: dict[str, Any] | None, sends: float, size: int) -> dict
 
 
 def run_case(backend: Backend, db, node, admin_token: str, size: int, group: str, sender_tokens: list[str],  # type: ignore[no-untyped-def]
-             seconds: float, profile_dir: Path | None, quick: bool) -> dict[str, Any]:
+             seconds: float, profile_dir: Path | None, quick: bool, rounds: int) -> dict[str, Any]:
     """One group size: QIM's SENDs alternated with the COPY baseline (send_slices), then the
     raw-SQL baseline; answers the case's row of the table."""
     kind = backend.kind
     settle(db)
     counters_before = node.stats(admin_token)["counters"]
     copy_db = copy_database(backend, kind, size, quick)
-    rounds = QUICK_ROUNDS if quick else ROUNDS
     sampler = None
     if profile_dir is not None:
         span = seconds * (2 if copy_db is not None else 1) + rounds * 2
@@ -197,7 +225,7 @@ def run_case(backend: Backend, db, node, admin_token: str, size: int, group: str
             return senders.apply(sender_process, (node.ws_url, sender_tokens, group, piece))
 
         totals, copied = alternate(send, copy_db and pg_url(copy_db), size, seconds, rounds,
-                                   [node.process.pid], database_pids(backend))
+                                   [node.process.pid], database_root(backend))
     if copy_db is not None:
         drop(copy_db)
     if sampler is not None and (path := sampler.wait()) is not None:
@@ -217,6 +245,9 @@ def case_row(kind: str, size: int, totals: SliceTotals, batches: int, raw: dict[
     sends = out["acks"] / out["elapsed"]
     raw_sends = raw["messages"] / raw["elapsed"]
     server_cpu, db_cpu = totals.cpu_pct()
+    copy_db_ms = None
+    if copied is not None and copied.get("db_cpu_s") is not None and copied["messages"]:
+        copy_db_ms = round(1000 * copied["db_cpu_s"] / copied["messages"], 2)
     return {
         "backend": kind, "members": size, "senders": SENDERS,
         "sends_per_s": round(sends, 1), "mailbox_rows_per_s": round(sends * size),
@@ -225,6 +256,9 @@ def case_row(kind: str, size: int, totals: SliceTotals, batches: int, raw: dict[
         "ack_mean_ms": round(mean(out["latencies"]), 1),
         "sends_per_transaction": round(out["acks"] / batches, 2) if batches else None,
         "server_cpu_pct": server_cpu, "postgres_cpu_pct": db_cpu if kind == "postgres" else None,
+        "server_cpu_ms_per_send": round(10 * server_cpu * totals.wall / out["acks"], 2) if out["acks"] else None,
+        "postgres_cpu_ms_per_send": totals.db_cpu_ms_per_send() if kind == "postgres" else None,
+        "copy_postgres_cpu_ms_per_message": copy_db_ms,
         "raw_sql_sends_per_s": round(raw_sends, 1),
         "raw_sql_rows_per_s": round(raw_sends * size),
         "qim_vs_raw_sql": round(sends / raw_sends, 3) if raw_sends else None,
@@ -233,7 +267,7 @@ def case_row(kind: str, size: int, totals: SliceTotals, batches: int, raw: dict[
 
 
 def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, profile_dir: Path | None = None,
-                quick: bool = False) -> list[dict[str, Any]]:
+                quick: bool = False, rounds: int = ROUNDS) -> list[dict[str, Any]]:
     backend = Backend(kind, work_dir)
     results = []
     try:
@@ -247,7 +281,7 @@ def run_backend(kind: str, sizes: list[int], seconds: float, work_dir: Path, pro
             for size in sizes:
                 print(f"send_fanout: {kind} {size} members at {time.monotonic() - STARTED:.0f} s", file=sys.stderr)
                 results.append(run_case(backend, db, node, admin_token, size, groups[size], sender_tokens, seconds,
-                                        profile_dir, quick))
+                                        profile_dir, quick, rounds))
         finally:
             node.stop()
     finally:
@@ -261,24 +295,28 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--sizes", default="10,100,1000,10000")
     parser.add_argument("--profile", type=Path, help="py-spy the server during each case; raw stacks here")
+    parser.add_argument("--rounds", type=int, help="QIM/COPY rounds per case (default 4 in --quick, 5 full; "
+                        "1 runs each side once, QIM first)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     seconds = 2.0 if args.quick else 5.0
     sizes = [int(s) for s in args.sizes.split(",")]
+    rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
     rows: list[dict[str, Any]] = []
     with work_directory() as work_dir:
         for kind in args.backends.split(","):
             kind_sizes = [s for s in sizes if not (args.quick and kind == "sqlite" and s > QUICK_SQLITE_MAX_SIZE)]
-            rows += run_backend(kind, kind_sizes, seconds, work_dir, args.profile, args.quick)
+            rows += run_backend(kind, kind_sizes, seconds, work_dir, args.profile, args.quick, rounds)
     print_table(
         f"SEND fan-out ({SENDERS} closed-loop senders, {seconds:g} s per case, 64-byte text; "
         f"COPY: {COPY_BATCH} messages per transaction)",
         ["backend", "members", "SEND/s", "mailbox rows/s", "SENDs/txn", "p50 ms", "p99 ms", "server CPU%",
-         "PostgreSQL CPU%", "raw SQL msg/s", "QIM/raw", "COPY rows/s", "QIM/COPY"],
+         "PostgreSQL CPU%", "PG CPU ms/SEND", "COPY PG CPU ms/msg", "raw SQL msg/s", "QIM/raw", "COPY rows/s", "QIM/COPY"],
         [[r["backend"], r["members"], r["sends_per_s"], r["mailbox_rows_per_s"], r["sends_per_transaction"],
           r["ack_p50_ms"], r["ack_p99_ms"],
           r["server_cpu_pct"], r["postgres_cpu_pct"] if r["postgres_cpu_pct"] is not None else "-",
+          r["postgres_cpu_ms_per_send"] or "-", r["copy_postgres_cpu_ms_per_message"] or "-",
           r["raw_sql_sends_per_s"], r["qim_vs_raw_sql"], r["copy_rows_per_s"] or "-", r["qim_vs_copy"] or "-"]
          for r in rows],
     )
@@ -291,7 +329,7 @@ def main() -> None:
         targets["send_vs_copy_1000 >= 0.5"] = bool(pg_1000["qim_vs_copy"] and pg_1000["qim_vs_copy"] >= 0.5)
     for tag, summary in PROFILES.items():
         print_summary(f"profile {tag}", summary)
-    emit({"scenario": "send_fanout", "quick": args.quick, "seconds_per_case": seconds, "cases": rows, "profiles": PROFILES,
+    emit({"scenario": "send_fanout", "quick": args.quick, "seconds_per_case": seconds, "rounds": rounds, "cases": rows, "profiles": PROFILES,
           "ratios": ratios, "targets": targets})
 
 
