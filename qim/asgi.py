@@ -10,9 +10,11 @@ django_http = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
 
+from qim.gateway.access_log import install as stamp_access_log_once_a_second  # noqa: E402
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
 from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
+from qim.gateway.handshake_write import install as send_handshake_response_directly  # noqa: E402
 from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
 from qim.gateway.unmask import install as unmask_small_frames_in_python  # noqa: E402
@@ -33,6 +35,12 @@ hand_django_raw_bodies()
 
 # autobahn must not pretty-print its configuration for every socket it accepts (qim/gateway/handshake.py).
 cheapen_autobahn_handshake()
+
+# The handshake's response in one send(), not through Twisted's buffer (qim/gateway/handshake_write.py).
+send_handshake_response_directly()
+
+# daphne's access log lines, the date formatted once a second (qim/gateway/access_log.py).
+stamp_access_log_once_a_second()
 
 # Inbound frames under 1 KiB unmasked without a CFFI masker each (qim/gateway/unmask.py).
 unmask_small_frames_in_python()
