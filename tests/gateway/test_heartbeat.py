@@ -59,6 +59,16 @@ def kernel_timer(node_port: int, client_port: int) -> int:
     raise AssertionError(f"no connection from :{client_port} to :{node_port} in /proc/net/tcp")
 
 
+async def open_counted(deployment: QimDeployment, counter: str, headers: dict[str, str] | None = None) -> PingSocket:
+    """A socket authenticated as alice, checked to have moved the node's `counter` by one."""
+    admin = deployment.tenants["acme"].admin_token
+    before = deployment.node.stats(admin)["counters"].get(counter, 0)
+    sock = await PingSocket.open(deployment.node.port, headers=headers)
+    await sock.authenticate(deployment.tenants["acme"].persona("alice").token())
+    assert deployment.node.stats(admin)["counters"][counter] == before + 1
+    return sock
+
+
 def client_port(sock: PingSocket) -> int:
     return sock.writer.get_extra_info("sockname")[1]
 
@@ -76,21 +86,14 @@ async def test_an_idle_socket_gets_heartbeats_and_stays_served(heartbeats: QimDe
         assert sock.pongs == [b""] * len(sock.pongs)  # empty, unsolicited Pongs
         assert sock.pings == 0, "pong mode sent a Ping"
         # Still authenticated and served after several intervals of silence from the client.
-        sock.send({"type": "CONVERSATIONS", "req_id": "c"})
-        reply = await sock.text()
-        assert (reply["type"], reply["req_id"]) == ("CONVERSATION_LIST", "c")
+        await sock.assert_served()
     finally:
         sock.close()
 
 
 async def test_a_direct_socket_gets_the_kernels_keepalive_and_no_frames(auto: QimDeployment) -> None:
-    alice = auto.tenants["acme"].persona("alice")
-    admin = auto.tenants["acme"].admin_token
-    before = auto.node.stats(admin)["counters"].get("keepalive_by_kernel", 0)
-    sock = await PingSocket.open(auto.node.port)
+    sock = await open_counted(auto, "keepalive_by_kernel")
     try:
-        await sock.authenticate(alice.token())
-        assert auto.node.stats(admin)["counters"]["keepalive_by_kernel"] == before + 1
         timers = []
         for _ in range(4):  # four intervals of silence: the kernel probes, the node writes nothing
             with pytest.raises(asyncio.TimeoutError):
@@ -98,21 +101,14 @@ async def test_a_direct_socket_gets_the_kernels_keepalive_and_no_frames(auto: Qi
             timers.append(kernel_timer(auto.node.port, client_port(sock)))
         assert sock.pongs == [] and sock.pings == 0, "a direct socket got keepalive frames in auto mode"
         assert timers == [KEEPALIVE_TIMER] * 4, f"the node's keepalive timer is not armed: {timers}"
-        sock.send({"type": "CONVERSATIONS", "req_id": "c"})
-        reply = await sock.text()
-        assert (reply["type"], reply["req_id"]) == ("CONVERSATION_LIST", "c")
+        await sock.assert_served()
     finally:
         sock.close()
 
 
 async def test_a_socket_through_a_proxy_gets_heartbeats_in_auto_mode(auto: QimDeployment) -> None:
-    alice = auto.tenants["acme"].persona("alice")
-    admin = auto.tenants["acme"].admin_token
-    before = auto.node.stats(admin)["counters"].get("keepalive_by_frames", 0)
-    sock = await PingSocket.open(auto.node.port, headers={"X-Forwarded-For": "203.0.113.7"})
+    sock = await open_counted(auto, "keepalive_by_frames", headers={"X-Forwarded-For": "203.0.113.7"})
     try:
-        await sock.authenticate(alice.token())
-        assert auto.node.stats(admin)["counters"]["keepalive_by_frames"] == before + 1
         deadline = time.monotonic() + 60
         while len(sock.pongs) < 3:
             assert time.monotonic() < deadline, f"only {len(sock.pongs)} heartbeats in 60 s at a 1 s interval"

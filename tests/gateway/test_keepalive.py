@@ -44,9 +44,7 @@ async def test_an_idle_socket_that_answers_pings_stays_open(keepalive: QimDeploy
             opcode, _ = await sock.next_frame(60)
             assert opcode != CLOSE, "closed although every ping was answered"
         # Still authenticated and served after several ping rounds (more than the ping timeout).
-        sock.send({"type": "CONVERSATIONS", "req_id": "c"})
-        reply = await sock.text()
-        assert (reply["type"], reply["req_id"]) == ("CONVERSATION_LIST", "c")
+        await sock.assert_served()
     finally:
         sock.close()
 

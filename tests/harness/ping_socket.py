@@ -86,6 +86,12 @@ class PingSocket:
         self.send({"type": "AUTH", "req_id": "a", "token": token, "device_id": "phone"})
         assert (await self.text())["type"] == "AUTH_OK"
 
+    async def assert_served(self) -> None:
+        """The session still answers: a CONVERSATIONS request gets its list."""
+        self.send({"type": "CONVERSATIONS", "req_id": "served"})
+        reply = await self.text()
+        assert (reply["type"], reply["req_id"]) == ("CONVERSATION_LIST", "served")
+
     def stop_reading(self) -> None:
         """Read nothing more from the socket: its receive window fills and stays at zero."""
         self.writer.transport.pause_reading()
