@@ -1,15 +1,19 @@
-"""The node's collector freezes what each of its passes leaves alive, so the next passes scan
-only what is newer, and thaws it all for one full pass on a slow period or once the frozen heap
-has grown by a factor, so cyclic garbage of connections that closed meanwhile is still found.
+"""The node's collector freezes what each of its middle and full passes leaves alive, so the
+passes after it scan only what is newer, and thaws it all for one full pass on a slow period or
+once the frozen heap has grown by a factor, so cyclic garbage of connections that closed
+meanwhile is still found.
 
-Why: after a join storm a node holds a few hundred thousand long-lived objects (one socket's
-protocol, consumer and room membership each), and a middle pass that scans them all stopped a
-5 000-socket node for 140-220 ms of CPU, often inside the next messages' delivery
-(docs/performance.md, "Issue 22: per-frame cost and big rooms"). Frozen, they are scanned again
-only by the thaw's full pass. What a frozen object costs: nothing while it is alive (reference
-counting still frees acyclic garbage at once); a cycle that becomes garbage while frozen waits
-for the next thaw, so garbage is bounded by `growth` times the heap after the last thaw, and
-by `period_s` in time.
+Why: after a join storm a node holds a few hundred thousand long-lived objects (each socket's
+protocol, consumer and room membership), and a middle pass that scanned what eleven young passes
+had kept stopped a 5 000-socket node for 140-220 ms of CPU, often inside the next messages'
+delivery; without freezing, more frequent middle passes only moved the survivors on to the old
+generation and its full passes (docs/performance.md, "Issue 22: per-frame cost and big rooms").
+Young passes do not freeze: a handshake's cycles that outlive one young pass are still found by
+the next middle pass (freezing there too cost 1 KiB per idle connection and a thaw per
+reconnect storm). What a frozen object costs: nothing while it is alive (reference counting
+still frees acyclic garbage at once); a cycle that becomes garbage while frozen waits for the
+next thaw, so garbage is bounded by `growth` times the heap after the last thaw, and by
+`period_s` in time.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import gc
 import threading
 from typing import Any
 
-# On the period, a thaw runs only if the frozen count moved by more than this share of what the
-# last thaw left: an idle node (a few keepalive objects frozen now and then) skips a full pass
-# that would find next to nothing at the cost of a pause of every socket.
+# On the period, a thaw runs only if the frozen set moved (objects frozen, plus frozen objects
+# freed: a closed connection frees most of its objects and leaves its cycles) by more than this
+# share of what the last thaw left: an idle node skips a full pass that would find next to
+# nothing at the cost of a pause of every socket.
 IDLE_SHARE = 0.01
 
 
@@ -37,11 +42,13 @@ class CollectorFreezer:
         self._due = threading.Event()
         self._after_thaw = gc.get_freeze_count()
         self._limit = self._limit_after(self._after_thaw)
+        self._frozen = self._after_thaw  # the count after the last freeze
+        self._moved = 0  # frozen and freed since the last thaw
 
     def install(self) -> None:
         """Freeze what start-up left, hook the collector, start the thawing thread."""
         gc.freeze()
-        self._after_thaw = gc.get_freeze_count()
+        self._after_thaw = self._frozen = gc.get_freeze_count()
         self._limit = self._limit_after(self._after_thaw)
         gc.callbacks.append(self._on_pass)
         threading.Thread(target=self._run, name="qim-gc-thaw", daemon=True).start()
@@ -50,18 +57,25 @@ class CollectorFreezer:
         return int(frozen * (1.0 + self.growth))
 
     def _on_pass(self, phase: str, info: dict[str, Any]) -> None:
-        # Runs inside the collector, in whichever thread allocated: only list moves here.
-        if phase != "stop" or self._thawing:
+        # Runs inside the collector, in whichever thread allocated: only list moves here. Not
+        # after a young pass: what survived one young pass includes cycles about to become
+        # garbage (a handshake's), which the next middle pass still finds.
+        if phase != "stop" or self._thawing or info["generation"] == 0:
             return
+        before = gc.get_freeze_count()
         gc.freeze()
-        if gc.get_freeze_count() > self._limit:
+        frozen = gc.get_freeze_count()
+        self._moved += abs(self._frozen - before) + frozen - before
+        self._frozen = frozen
+        if frozen > self._limit:
             self._due.set()
 
     def _run(self) -> None:
         while True:
             grown = self._due.wait(timeout=self.period_s)
             self._due.clear()
-            if grown or abs(gc.get_freeze_count() - self._after_thaw) > self._after_thaw * IDLE_SHARE:
+            moved = self._moved + abs(gc.get_freeze_count() - self._frozen)
+            if grown or moved > self._after_thaw * IDLE_SHARE:
                 self.thaw()
 
     def thaw(self) -> int:
@@ -74,8 +88,9 @@ class CollectorFreezer:
             finally:
                 gc.freeze()
                 self._thawing = False
-            self._after_thaw = gc.get_freeze_count()
+            self._after_thaw = self._frozen = gc.get_freeze_count()
             self._limit = self._limit_after(self._after_thaw)
+            self._moved = 0
             self.thaws += 1
             self.last_thaw_found = found
         return found
