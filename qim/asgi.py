@@ -61,5 +61,5 @@ if settings.QIM_GC_FREEZE:
 else:
     gc.freeze()
 # Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD);
-# the older two are settings too (a middle pass every second young pass, qim/settings/timers_and_caps.py).
+# the older two are settings too (Python's 10 and 10, middle 1 with QIM_GC_FREEZE; qim/settings/timers_and_caps.py).
 gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, settings.QIM_GC_MIDDLE_THRESHOLD, settings.QIM_GC_OLD_THRESHOLD)

@@ -9,8 +9,8 @@ had kept stopped a 5 000-socket node for 140-220 ms of CPU, often inside the nex
 delivery; without freezing, more frequent middle passes only moved the survivors on to the old
 generation and its full passes (docs/performance.md, "Issue 22: per-frame cost and big rooms").
 Young passes do not freeze: a handshake's cycles that outlive one young pass are still found by
-the next middle pass (freezing there too cost 1 KiB per idle connection and a thaw per
-reconnect storm). What a frozen object costs: nothing while it is alive (reference counting
+the next middle pass (freezing there too cost more memory and CPU). Off by default
+(QIM_GC_FREEZE): cycles that outlive a middle pass still cost memory until a thaw. What a frozen object costs: nothing while it is alive (reference counting
 still frees acyclic garbage at once); a cycle that becomes garbage while frozen waits for the
 next thaw, so garbage is bounded by `growth` times the heap after the last thaw, and by
 `period_s` in time.
@@ -37,6 +37,7 @@ class CollectorFreezer:
         self.growth = growth
         self.thaws = 0
         self.last_thaw_found = 0
+        self.thaws_found = 0
         self._thawing = False
         self._lock = threading.Lock()
         self._due = threading.Event()
@@ -93,11 +94,12 @@ class CollectorFreezer:
             self._moved = 0
             self.thaws += 1
             self.last_thaw_found = found
+            self.thaws_found += found
         return found
 
     def stats(self) -> dict[str, Any]:
         return {"gc_frozen": gc.get_freeze_count(), "gc_thaws": self.thaws,
-                "gc_last_thaw_found": self.last_thaw_found}
+                "gc_last_thaw_found": self.last_thaw_found, "gc_thaws_found": self.thaws_found}
 
 
 _installed: CollectorFreezer | None = None
