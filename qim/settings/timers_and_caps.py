@@ -61,7 +61,7 @@ QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
 # old generation stays empty and no pass rescans every socket's objects; with it the middle
 # threshold defaults to 1 (below). Off by default: it moved the collector's big passes out of a
 # 10 000-member room's traffic (p99 lower in four of four pairs), but cost about 1.5 KiB per idle
-# connection (cycles that outlive a middle pass wait for a thaw) and a third more collector CPU
+# connection (cycles that outlive a middle pass wait for a thaw) and 15-75 % more collector CPU
 # in a reconnect storm (docs/performance.md, "Fourth round: ... frozen"). Frozen cyclic garbage
 # (a closed connection's) waits for a thaw: one full pass every QIM_GC_UNFREEZE_PERIOD_S, or
 # sooner once the frozen count has grown by QIM_GC_UNFREEZE_GROWTH times what the last thaw left
