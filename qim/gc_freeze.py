@@ -1,19 +1,19 @@
-"""The node's collector freezes what each of its middle and full passes leaves alive, so the
-passes after it scan only what is newer, and thaws it all for one full pass on a slow period or
-once the frozen heap has grown by a factor, so cyclic garbage of connections that closed
-meanwhile is still found.
+"""The node's collector freezes what each middle or full pass leaves alive, and thaws it all for
+one full pass on a slow period, or once the frozen heap has grown by a factor.
 
 Why: after a join storm a node holds a few hundred thousand long-lived objects (each socket's
-protocol, consumer and room membership), and a middle pass that scanned what eleven young passes
-had kept stopped a 5 000-socket node for 140-220 ms of CPU, often inside the next messages'
-delivery; without freezing, more frequent middle passes only moved the survivors on to the old
-generation and its full passes (docs/performance.md, "Issue 22: per-frame cost and big rooms").
-Young passes do not freeze: a handshake's cycles that outlive one young pass are still found by
-the next middle pass (freezing there too cost more memory and CPU). Off by default
-(QIM_GC_FREEZE): cycles that outlive a middle pass still cost memory until a thaw. What a frozen object costs: nothing while it is alive (reference counting
-still frees acyclic garbage at once); a cycle that becomes garbage while frozen waits for the
-next thaw, so garbage is bounded by `growth` times the heap after the last thaw, and by
-`period_s` in time.
+protocol, consumer and room membership); a middle pass over what eleven young passes kept
+stopped a 5 000-socket node for 140-220 ms of CPU, often inside the next messages' delivery, and
+more frequent middle passes alone only moved the survivors on to the old generation's full
+passes (docs/performance.md, "Issue 22: per-frame cost and big rooms"). Frozen, they are scanned
+again only by a thaw. Young passes do not freeze: a handshake's cycles that outlive one young
+pass are still found by the next middle pass.
+
+What it costs: nothing for a live object (reference counting still frees acyclic garbage at
+once), but a cycle that becomes garbage while frozen (a closed connection's, a handshake's that
+outlived a middle pass) waits for the next thaw: bounded by `growth` times the heap after the
+last thaw, and by `period_s` in time. That memory, and a thaw's full pass in a reconnect storm,
+are why QIM_GC_FREEZE is off by default (docs/performance.md, "Fourth round").
 """
 
 from __future__ import annotations
