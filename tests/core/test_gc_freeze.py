@@ -61,7 +61,10 @@ async def test_closed_sockets_garbage_is_collected_by_the_periodic_thaw(freezing
     assert before["gc_thresholds"][:2] == [700, 1]  # the middle threshold's default with freezing
 
     sockets = await open_authenticated(freezing.node.port, tokens)
-    opened = freezing.node.stats(admin)
+    # A thaw after the opens freezes whatever the sockets hold: from here only a thaw can
+    # collect their cycles (a middle pass never scans frozen objects).
+    thaws = freezing.node.stats(admin)["gc_thaws"]
+    opened = wait_for(freezing, admin, lambda s: s["gc_thaws"] > thaws, "no thaw after the opens")
     assert opened["connections"] == SOCKETS
     # Every socket's objects are frozen (about a hundred each), not scanned by the young passes.
     assert opened["gc_frozen"] > before["gc_frozen"] + SOCKETS * 50, (before, opened)
