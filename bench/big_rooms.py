@@ -1,6 +1,6 @@
 """Issue 22, items 3 and 4: the per-frame cost with merging off, and big rooms.
 
-    python bench/big_rooms.py [--quick] [--only unmerged,one_node,two_nodes] [--profile DIR]
+    python bench/big_rooms.py [--quick] [--only unmerged,one_node,two_nodes] [--profile DIR] [--seconds S]
 
 - unmerged: one event per frame. QIM with room_outbound_frame_rate (UNMERGED_ENV) far above
   the offered message rate, so every tick carries the one event that arrived since the last
@@ -210,6 +210,9 @@ def main() -> None:
     parser.add_argument("--only", default="unmerged,one_node,two_nodes", help="unmerged, one_node, two_nodes")
     parser.add_argument("--profile", type=Path, help="py-spy each server during the fixed-rate runs; raw stacks here")
     parser.add_argument("--two-nodes", type=int, default=0, help="receivers of the two-node room (default 2 000 / 10 000)")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="length of each fixed-rate window (default 3 quick, 6 full): a longer one reaches "
+                             "what happens some seconds after the joins, such as the collector's next middle pass")
     args = parser.parse_args()
     global TWO_NODES
     TWO_NODES = args.two_nodes
@@ -217,6 +220,8 @@ def main() -> None:
         args.profile.mkdir(parents=True, exist_ok=True)
         room_cases.PROFILE_DIR = args.profile
     plan = Plan(args.quick)
+    if args.seconds:
+        plan.fixed_s = args.seconds
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     with work_directory() as work_dir:

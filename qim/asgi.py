@@ -12,6 +12,7 @@ from django.conf import settings  # noqa: E402
 
 from qim.gateway.access_log import install as stamp_access_log_once_a_second  # noqa: E402
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
+from qim.gc_freeze import install as install_collector_freezer  # noqa: E402
 from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.handshake_write import install as send_handshake_response_directly  # noqa: E402
@@ -61,8 +62,12 @@ application = RecoverOnStart(
 # What start-up built (Django, DRF, Twisted, the registry, the URL maps) lives as long as the
 # process: keep it out of the collector's full passes, which stop the event loop for every
 # socket. With 500 sockets a full pass took 60-100 ms before, 12-60 ms after
-# (docs/performance.md, DM isolation).
-gc.freeze()
+# (docs/performance.md, DM isolation). With QIM_GC_FREEZE, so is what every later middle or
+# full pass leaves alive, until a slow thaw (qim/gc_freeze.py).
+if settings.QIM_GC_FREEZE:
+    install_collector_freezer(settings.QIM_GC_UNFREEZE_PERIOD_S, settings.QIM_GC_UNFREEZE_GROWTH)
+else:
+    gc.freeze()
 # Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD);
-# the older two thresholds are settings too (Python's 10 and 10 by default, qim/settings/timers_and_caps.py).
+# the older two are settings too (Python's 10 and 10, middle 1 with QIM_GC_FREEZE; qim/settings/timers_and_caps.py).
 gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, settings.QIM_GC_MIDDLE_THRESHOLD, settings.QIM_GC_OLD_THRESHOLD)

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from qim.backends import make_backend
+from qim import gc_freeze
 from qim.conf import limit
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.fanout import FanOut
@@ -198,6 +199,8 @@ class ConnectionNode:
             "counters": dict(self.counters),
             # The collector's thresholds in force (QIM_GC_YOUNG_, _MIDDLE_ and _OLD_THRESHOLD).
             "gc_thresholds": list(gc.get_threshold()),
+            # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/gc_freeze.py).
+            **gc_freeze.stats(),
         }
 
 

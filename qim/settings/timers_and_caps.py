@@ -57,15 +57,28 @@ QIM_MAX_INBOUND_FRAME_DEPTH = 32
 # they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
 # "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
 QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
+# Freeze what each middle or full collector pass leaves alive (qim/gc_freeze.py), so that the
+# old generation stays empty and no pass rescans every socket's objects; with it the middle
+# threshold defaults to 1 (below). Off by default: it moved the collector's big passes out of a
+# 10 000-member room's traffic (p99 lower in four of four pairs), but cost about 1.5 KiB per idle
+# connection (cycles that outlive a middle pass wait for a thaw) and 15-75 % more collector CPU
+# in a reconnect storm (docs/performance.md, "Fourth round: ... frozen"). Frozen cyclic garbage
+# (a closed connection's) waits for a thaw: one full pass every QIM_GC_UNFREEZE_PERIOD_S, or
+# sooner once the frozen count has grown by QIM_GC_UNFREEZE_GROWTH times what the last thaw left
+# (1.0: doubled), so garbage stays within that share of the heap.
+QIM_GC_FREEZE = env.bool("QIM_GC_FREEZE", default=False)
 # The collector's two older thresholds (gc.set_threshold's second and third), set with the
-# young one; Python's 10 and 10 by default. A middle pass scans what up to threshold + 1 young
-# passes kept: after a join storm of 5 000 sockets, 140-220 ms of a node's CPU in one step.
-# (1, 100) cut that pause to 28-130 ms on a loaded machine, but on the quiet machine the
-# 10 000-member two-node room measured p99 436 and 757 ms at (1, 100) against 380 and 399 at
-# (10, 10), same code otherwise, back to back (docs/performance.md, "Third round: ... the
-# collector's pauses"): a middle pass after every young pass costs more in all than it saves.
-QIM_GC_MIDDLE_THRESHOLD = env.int("QIM_GC_MIDDLE_THRESHOLD", default=10)
+# young one. Python's 10 and 10, or middle 1 with QIM_GC_FREEZE: a middle pass after every
+# second young pass scans only what those kept, and freezing keeps its survivors out of every
+# later pass. At 10, the first middle pass after a join storm scans what eleven young passes
+# kept: 140-220 ms of a 5 000-socket node's CPU in one step. Without freezing, (1, 100)
+# measured worse on the quiet machine (two-node room p99 436 and 757 ms against 380 and 399 at
+# (10, 10)): the survivors went on to the old generation and its full passes
+# (docs/performance.md, "Third round: ... the collector's pauses").
+QIM_GC_MIDDLE_THRESHOLD = env.int("QIM_GC_MIDDLE_THRESHOLD", default=1 if QIM_GC_FREEZE else 10)
 QIM_GC_OLD_THRESHOLD = env.int("QIM_GC_OLD_THRESHOLD", default=10)
+QIM_GC_UNFREEZE_PERIOD_S = env.float("QIM_GC_UNFREEZE_PERIOD_S", default=600.0)
+QIM_GC_UNFREEZE_GROWTH = env.float("QIM_GC_UNFREEZE_GROWTH", default=1.0)
 # Room pushes (rooms/local.py; docs/performance.md "Issue 22: per-frame cost and big rooms"):
 # the most events one pushed ROOM_BATCH carries; 0 (the default) merges everything a room's
 # tick holds into one frame. 1 pushes every event in a frame of its own (clients that want
