@@ -12,13 +12,13 @@ from django.conf import settings  # noqa: E402
 
 from qim.gateway.access_log import install as stamp_access_log_once_a_second  # noqa: E402
 from qim.gateway.consumer import GatewayConsumer  # noqa: E402
-from qim.gc_freeze import install as install_collector_freezer  # noqa: E402
 from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.handshake_write import install as send_handshake_response_directly  # noqa: E402
 from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
 from qim.gateway.unmask import install as unmask_small_frames_in_python  # noqa: E402
+from qim.gc_freeze import install as install_collector_freezer  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
 from qim.recovery import RecoverOnStart  # noqa: E402
 from qim.sqlite_checkpoints import take_over as take_over_sqlite_checkpoints  # noqa: E402
