@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 from common import (
@@ -149,7 +150,9 @@ def run_qim(work_dir, n: int, processes: int, asgi_server: str, node_env: dict[s
         row = hold(name, node.process.pid, Target("qim", node.ws_url), members, processes, IDLE_S)
         # Which keepalive the node gave the sockets (QIM_WS_KEEPALIVE=auto: the kernel's for
         # direct ones, docs/performance.md "Fourth round: the kernel keeps a direct socket alive").
-        counters = node.stats(admin)["counters"]
+        # A long timeout: the node is still taking the 18 000 closes of `hold`'s end.
+        counters = httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"},
+                             timeout=300).json()["counters"]
         row["keepalive"] = {"by_kernel": counters.get("keepalive_by_kernel", 0),
                             "by_frames": counters.get("keepalive_by_frames", 0)}
         return row
