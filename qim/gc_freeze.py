@@ -41,21 +41,21 @@ class CollectorFreezer:
         self._thawing = False
         self._lock = threading.Lock()
         self._due = threading.Event()
-        self._after_thaw = gc.get_freeze_count()
-        self._limit = self._limit_after(self._after_thaw)
-        self._frozen = self._after_thaw  # the count after the last freeze
-        self._moved = 0  # frozen and freed since the last thaw
+        self._settled()
 
     def install(self) -> None:
         """Freeze what start-up left, hook the collector, start the thawing thread."""
         gc.freeze()
-        self._after_thaw = self._frozen = gc.get_freeze_count()
-        self._limit = self._limit_after(self._after_thaw)
+        self._settled()
         gc.callbacks.append(self._on_pass)
         threading.Thread(target=self._run, name="qim-gc-thaw", daemon=True).start()
 
-    def _limit_after(self, frozen: int) -> int:
-        return int(frozen * (1.0 + self.growth))
+    def _settled(self) -> None:
+        """The baseline after a thaw (or the start-up freeze): what is frozen now, the count that
+        makes the next thaw due, and nothing moved since."""
+        self._after_thaw = self._frozen = gc.get_freeze_count()  # _frozen: after the last freeze
+        self._limit = int(self._after_thaw * (1.0 + self.growth))
+        self._moved = 0  # frozen and freed since the last thaw
 
     def _on_pass(self, phase: str, info: dict[str, Any]) -> None:
         # Runs inside the collector, in whichever thread allocated: only list moves here. Not
@@ -89,9 +89,7 @@ class CollectorFreezer:
             finally:
                 gc.freeze()
                 self._thawing = False
-            self._after_thaw = self._frozen = gc.get_freeze_count()
-            self._limit = self._limit_after(self._after_thaw)
-            self._moved = 0
+            self._settled()
             self.thaws += 1
             self.last_thaw_found = found
             self.thaws_found += found

@@ -20,8 +20,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from qim.backends import make_backend
 from qim import gc_freeze
+from qim.backends import make_backend
 from qim.conf import limit
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.fanout import FanOut
