@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 from common import (
@@ -146,7 +147,15 @@ def run_qim(work_dir, n: int, processes: int, asgi_server: str, node_env: dict[s
         create_rooms(node.http_url, admin, -(-n // ROOM_MEMBERS))
         members = [(spec, users[spec[0]]) for spec in specs]
         name = "qim" if asgi_server == "daphne" else f"qim_{asgi_server}"
-        return hold(name, node.process.pid, Target("qim", node.ws_url), members, processes, IDLE_S)
+        row = hold(name, node.process.pid, Target("qim", node.ws_url), members, processes, IDLE_S)
+        # Which keepalive the node gave the sockets (QIM_WS_KEEPALIVE=auto: the kernel's for
+        # direct ones, docs/performance.md "Fourth round: the kernel keeps a direct socket alive").
+        # A long timeout: the node is still taking the 18 000 closes of `hold`'s end.
+        counters = httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"},
+                             timeout=300).json()["counters"]
+        row["keepalive"] = {"by_kernel": counters.get("keepalive_by_kernel", 0),
+                            "by_frames": counters.get("keepalive_by_frames", 0)}
+        return row
     finally:
         if node is not None:
             node.stop()
@@ -181,7 +190,10 @@ def main() -> None:
                         help="what serves QIM (daphne is the supported server)")
     parser.add_argument("--node-env", action="append", default=[], help="NAME=VALUE for the QIM node")
     parser.add_argument("--profile", type=Path, help="py-spy each server while idle; raw stacks here")
+    parser.add_argument("--idle-s", type=float, default=IDLE_S,
+                        help="QIM's idle window (longer to watch several keepalive intervals)")
     args = parser.parse_args()
+    globals()["IDLE_S"] = args.idle_s
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         PROFILE["dir"] = args.profile
@@ -211,6 +223,10 @@ def report(args, rows: list[dict[str, Any]], n: int, wanted: int, hard: int, lim
         [[r["server"], r["connections"], r["connect_s"], r["connections_per_s"], r["rss_before_mib"], r["rss_after_mib"],
           r["kib_per_connection"], r["server_cpu_connecting_pct"], r["server_cpu_idle_pct"]] for r in rows],
     )
+    for row in rows:
+        if "keepalive" in row:
+            print(f"{row['server']} keepalive: {row['keepalive']['by_kernel']} sockets by the kernel's TCP keepalive, "
+                  f"{row['keepalive']['by_frames']} by Pong frames")
     for server, summary in PROFILE["summaries"].items():
         print_summary(f"profile of {server} while idle", summary)
     by = {r["server"]: r for r in rows}

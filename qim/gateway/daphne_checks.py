@@ -127,8 +127,9 @@ def reap(self: Any, protocol: Any, instance: Any, disconnected: Any) -> None:
 
 
 def timeout_checker(self: Any) -> None:
-    """Daphne's check_timeouts for each protocol whose check is due, then its next moment; in
-    pong mode the keepalive is qim/gateway/heartbeat.py's, all due sockets in one tick (a
+    """Daphne's check_timeouts for each protocol whose check is due, then its next moment; outside
+    ping mode the keepalive is qim/gateway/heartbeat.py's (a Pong, or nothing where the
+    kernel's keepalive runs), all due sockets in one tick (a
     burst: measured cheaper per loopback `send()` than the same sends spread out)."""
     from twisted.internet import reactor
 
@@ -136,7 +137,7 @@ def timeout_checker(self: Any) -> None:
 
     timers = timers_of(self)
     apply_ping_interval(self)
-    check = partial(heartbeat.check_timeouts, self) if heartbeat.mode() == "pong" else None
+    check = None if heartbeat.mode() == "ping" else partial(heartbeat.check_timeouts, self)
     now = time.time()
     for entry in timers.take_due(now):
         protocol = entry()

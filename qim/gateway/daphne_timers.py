@@ -22,6 +22,11 @@ from typing import Any
 TICK_S = 1.0
 # HTTP requests (and anything not a WebSocket): daphne's own period.
 OTHER_PERIOD_S = 2.0
+# Set on a protocol whose keepalive the kernel sends (qim/gateway/heartbeat.py): no keepalive
+# check is due for it, only its lifetime.
+BY_KERNEL = "_qim_keepalive_by_kernel"
+# How far ahead such a protocol is filed when it has no lifetime (websocket_timeout < 0).
+NO_LIFETIME_PERIOD_S = 3600.0
 
 
 def next_check_at(server: Any, protocol: Any, now: float) -> float:
@@ -35,7 +40,10 @@ def next_check_at(server: Any, protocol: Any, now: float) -> float:
         return min(opened + server.websocket_connect_timeout, now + OTHER_PERIOD_S)
     if state != protocol.STATE_OPEN:
         return now + OTHER_PERIOD_S
-    due = protocol.last_ping + server.ping_interval
+    if protocol.__dict__.get(BY_KERNEL):
+        due = now + NO_LIFETIME_PERIOD_S
+    else:
+        due = protocol.last_ping + server.ping_interval
     if server.websocket_timeout >= 0:
         due = min(due, opened + server.websocket_timeout)
     return max(due, now)

@@ -94,16 +94,22 @@ QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
 # balancers), as do many mobile NATs. Raise it where none of that applies. 0: daphne's own
 # --ping-interval.
 QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=25.0)
-# Which keepalive frame. "pong" (the default): an unsolicited Pong (RFC 6455 §5.5.3, a
-# unidirectional heartbeat every client library ignores), pre-framed and written straight to
-# the socket, no reply expected; a dead peer is found by the kernel instead (TCP_USER_TIMEOUT
-# below: the heartbeat stays unacknowledged). It costs a few microseconds a socket, against
-# ~0.1 ms for a ping and its pong through autobahn and Twisted (8.7 % of a core at 18 000 idle
-# sockets). "ping": daphne's ping, the socket closed when the pong does not come within
-# daphne's --ping-timeout; for proxies that only count client-to-server traffic as activity.
-QIM_WS_KEEPALIVE = env.str("QIM_WS_KEEPALIVE", default="pong")
-# Pong keepalive only: TCP_USER_TIMEOUT set on each accepted WebSocket, in seconds. Data the
+# Which keepalive (qim/gateway/heartbeat.py). "auto" (the default) chooses per socket: one whose
+# upgrade came through an HTTP proxy (a Forwarded, X-Forwarded-*, X-Real-IP or Via header) gets
+# "pong", any other "tcp". "pong": an unsolicited Pong (RFC 6455 §5.5.3, a unidirectional
+# heartbeat every client library ignores), pre-framed and written straight to the socket, no
+# reply expected: WebSocket data, which is what an HTTP proxy's idle timer counts. "tcp": the
+# kernel's TCP keepalive (first probe after 80-100 % of the interval of silence, then 6 probes
+# over QIM_WS_USER_TIMEOUT_S, heartbeat.kernel_schedule), which keeps NATs and L4
+# balancers open and finds dead peers without waking the node or the client's process: about
+# a third of the node's idle CPU of "pong" at 18 000 sockets on loopback. In both, a dead peer
+# is found by the kernel (TCP_USER_TIMEOUT below). "ping": daphne's ping, the socket closed
+# when the pong does not come within daphne's --ping-timeout; for proxies that only count
+# client-to-server traffic as activity; about 0.1 ms of node CPU per socket per interval.
+QIM_WS_KEEPALIVE = env.str("QIM_WS_KEEPALIVE", default="auto")
+# Every keepalive but ping: TCP_USER_TIMEOUT set on each accepted WebSocket, in seconds. Data the
 # node sent (the heartbeat included) that stays unacknowledged this long, or a receive window
 # the peer keeps at zero this long (Linux 5.9+), makes the kernel abort the connection, and the
-# user goes offline as after an unanswered ping. 30: daphne's --ping-timeout. 0: not set.
+# user goes offline as after an unanswered ping. Under the kernel's keepalive it counts from the
+# first probe, so one lost probe never aborts a live socket. 30: daphne's --ping-timeout. 0: not set.
 QIM_WS_USER_TIMEOUT_S = env.float("QIM_WS_USER_TIMEOUT_S", default=30.0)

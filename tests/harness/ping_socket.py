@@ -25,9 +25,9 @@ class PingSocket:
         self.pongs: list[bytes] = []
 
     @classmethod
-    async def open(cls, port: int, rcvbuf: int = 0) -> "PingSocket":
+    async def open(cls, port: int, rcvbuf: int = 0, headers: dict[str, str] | None = None) -> "PingSocket":
         """Connected and upgraded; `rcvbuf` > 0 sets SO_RCVBUF before connecting (so the
-        window the kernel advertises is that small)."""
+        window the kernel advertises is that small); `headers` go into the upgrade request."""
         sock = socket.socket()
         if rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -35,9 +35,10 @@ class PingSocket:
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
         reader, writer = await asyncio.open_connection(sock=sock)
         key = base64.b64encode(os.urandom(16)).decode()
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         writer.write(
             f"GET /ws/v1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n".encode()
         )
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         assert head.startswith(b"HTTP/1.1 101"), head
