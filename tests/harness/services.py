@@ -9,6 +9,7 @@ system user instead when we are root.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,10 +19,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+# Ports handed out by this process, not handed out twice even before their server binds them.
+_HANDED_OUT: set[int] = set()
+# Where free_port looks: from here up to the kernel's ephemeral range.
+LOWEST_PORT = 10_000
+
+
+def ephemeral_low() -> int:
+    """The first port the kernel may give an outgoing connection (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing is bound to, below the kernel's ephemeral range. A port the kernel picked
+    for `bind(0)` comes from that range, and once released it can be handed to any outgoing
+    connection (a benchmark's thousands of clients, another test's) before the server meant
+    for it binds it: the server then fails to start. Below the range only listeners take
+    ports; a random start keeps parallel processes apart."""
+    low = ephemeral_low()
+    if low <= LOWEST_PORT + 1_000:
+        with socket.socket() as sock:  # a machine with (almost) no room below its range
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+    for _ in range(1_000):
+        port = random.randrange(LOWEST_PORT, low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port between {LOWEST_PORT} and {low}")
 
 
 def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
