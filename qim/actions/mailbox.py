@@ -6,6 +6,7 @@ and expects the conversation's row lock to be held.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 from collections.abc import Iterable, Sequence
@@ -42,15 +43,24 @@ def _pg_ids_text(ids: tuple[int, ...]) -> str:
     return _pg_int_array(ids)
 
 
-def _heads_sql(chunk: Sequence[int], by: int) -> tuple[str, list]:
+def _heads_sql(chunk: Sequence[int], by: int, *, existing_only: bool = False) -> tuple[str, list]:
     """An upsert ... RETURNING (user pk, new mailbox_head): each user of `chunk` takes `by`
-    seqs, the head rows made on first use.
+    seqs, the head rows made on first use. With `existing_only` (PostgreSQL), a plain UPDATE
+    of the rows that exist, answering only those (qim/actions/log_postgresql.py).
 
     The rows are taken in ascending user order, so two transactions writing to overlapping
-    member sets (two groups sharing members) cannot deadlock on PostgreSQL. On SQLite the
-    transaction already holds the database's write lock (IMMEDIATE).
+    member sets (two groups sharing members) cannot deadlock on PostgreSQL: the upsert sorts
+    its input; the UPDATE needs the primary key's index scan, which the caller forces
+    (FORCE_INDEX_SCANS). On SQLite the transaction already holds the database's write lock
+    (IMMEDIATE).
     """
     table = UserMailboxHead._meta.db_table
+    if connection.vendor == "postgresql" and existing_only:
+        sql = (
+            f"UPDATE {table} SET mailbox_head = mailbox_head + {int(by)} WHERE user_id = ANY(%s::bigint[]) "
+            "RETURNING user_id, mailbox_head"
+        )
+        return sql, [_pg_ids_text(tuple(chunk))]
     upsert = (
         f"ON CONFLICT (user_id) DO UPDATE SET mailbox_head = {table}.mailbox_head + excluded.mailbox_head "
         "RETURNING user_id, mailbox_head"
@@ -137,13 +147,14 @@ def _insert_entries_postgresql(
 
 def entries_statement(
     tenant_id: int, conversation_id: str, specs: Sequence[EntrySpec], chunk: Sequence[int], now_ms: int,
-    *, message_seqs: Sequence[int] | None = None,
+    *, message_seqs: Sequence[int] | None = None, existing_only: bool = False,
 ) -> tuple[str, list]:
     """PostgreSQL: the heads of `chunk` moved by len(specs) and every entry inserted from them,
     one statement answering (user pk, new head). With `message_seqs` (one per spec) the
     entries' message ids are the conversation's log rows at those seqs, read by the statement
-    itself, so it can be sent with the INSERT of those rows (qim/actions/log_postgresql.py)."""
-    heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
+    itself, so it can be sent with the INSERT of those rows (qim/actions/log_postgresql.py).
+    With `existing_only` only the users whose head row exists are written (and answered)."""
+    heads_sql, heads_params = _heads_sql(chunk, by=len(specs), existing_only=existing_only)
     table = UserMailboxEntry._meta.db_table
     columns = "AS e (ord, kind, message_id, control, origin_user, origin_device)"
     source = f"unnest(%s::int[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[]) {columns}"
@@ -270,6 +281,38 @@ def _badges_statement(
         )
         params.append(params[1])
     return sql, params
+
+
+def badge_update_statements(increments: dict[int, int], now_ms: int) -> list[tuple[str, list]]:
+    """PostgreSQL: badge_statements as plain UPDATEs of the rows that exist, in user order
+    under FORCE_INDEX_SCANS (qim/actions/log_postgresql.py). Each answers read_badge_rows'
+    rows and one more, (None, how many badge rows it updated), so the caller can tell whether
+    every row existed."""
+    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    return [_badges_update_statement(chunk, increments, now_ms) for chunk in chunks]
+
+
+def _badges_update_statement(chunk: Sequence[int], increments: dict[int, int], now_ms: int) -> tuple[str, list]:
+    """The increments as the one most members share plus the few that differ (a batch's
+    senders, whose own messages do not count for them): no array of a thousand increments to
+    build and bind per batch, and the UPDATE reads one table, so the forced index scan sets
+    the lock order (a join's order would depend on its plan)."""
+    table = UserBadgeState._meta.db_table
+    common = collections.Counter(increments[pk] for pk in chunk).most_common(1)[0][0]
+    odd = [pk for pk in chunk if increments[pk] != common]
+    sql = (
+        f"WITH b AS (UPDATE {table} SET badge = badge + %s "
+        "+ coalesce((%s::int[])[array_position(%s::bigint[], user_id)], 0), updated_at_ms = %s "
+        "WHERE user_id = ANY(%s::bigint[]) RETURNING user_id, badge), "
+        f"d AS (SELECT id, user_id, device_id FROM {Device._meta.db_table} "
+        "WHERE user_id = ANY(%s::bigint[]) AND (push_token <> '' OR voip_token <> '')) "
+        "SELECT user_id, badge, NULL::bigint, NULL::text FROM b WHERE user_id IN (SELECT user_id FROM d) "
+        "UNION ALL SELECT user_id, NULL, id, device_id FROM d "
+        "UNION ALL SELECT NULL, count(*), NULL, NULL FROM b"
+    )
+    ids = _pg_ids_text(tuple(chunk))
+    differences = _pg_int_array(increments[pk] - common for pk in odd)
+    return sql, [common, differences, _pg_int_array(odd), now_ms, ids, ids]
 
 
 def read_badge_rows(rows: Iterable[tuple], badges: dict[int, int], devices: list[tuple[int, int, str]]) -> None:
