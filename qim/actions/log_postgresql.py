@@ -12,7 +12,8 @@ statement (a client_msg_id that raced a retry on another node: IntegrityError) a
 whole transaction, which the caller rolls back as before.
 
 Heads and badges are plain UPDATEs of the rows that exist (a member's rows exist after their
-first message), under FORCE_INDEX_SCANS so they lock in user order: an upsert locks each row
+first message), under FORCE_INDEX_SCANS so they lock in user order (the push-capable devices
+are read after, with the planner's settings back): an upsert locks each row
 before it updates it, a WAL record and a buffer visit more per member and table, about a
 millisecond of a 1 000-member batch (docs/performance.md). When a row is missing (a member's
 first message, or a row another transaction is still inserting, which an UPDATE does not
@@ -34,6 +35,7 @@ from qim.actions.mailbox import (
     badge_statements,
     badge_update_statements,
     entries_statement,
+    pushable_badges_statements,
     id_chunks,
     read_badge_rows,
 )
@@ -82,32 +84,34 @@ def write_in_one_trip(
 
     bumped_ids = sum(1 for by in (increments or {}).values() if by > 0)
     updates = badge_update_statements(increments, now_ms) if increments is not None else []
+    pushable = pushable_badges_statements(increments) if increments is not None else []
     _, inserted, *results = run_together([
         _conversation_update(conversation, update_fields), _insert_records(records), (f"SAVEPOINT {_SAVEPOINT}", []),
-        *FORCE_INDEX_SCANS, *entries(existing_only=True), *updates, *UNFORCE_INDEX_SCANS,
+        *FORCE_INDEX_SCANS, *entries(existing_only=True), *updates, *UNFORCE_INDEX_SCANS, *pushable,
     ])
     for record, (pk,) in zip(records, inserted, strict=True):
         record.pk = pk
         record._state.adding, record._state.db = False, connection.alias
     results = results[1 + len(FORCE_INDEX_SCANS):]
-    heads, badges = results[: len(chunks)], results[len(chunks): len(chunks) + len(updates)]
-    updated = [row[1] for rows in badges for row in rows if row[0] is None]
-    if sum(map(len, heads)) < len(set(recipients)) or sum(updated) < bumped_ids:
+    heads, counts = results[: len(chunks)], results[len(chunks): len(chunks) + len(updates)]
+    bumped: Bumped = ({}, [])
+    for rows in results[len(results) - len(pushable):]:
+        for user_pk, badge, device_pk, device_id in rows:
+            bumped[0][user_pk] = badge
+            bumped[1].append((device_pk, user_pk, device_id))
+    if sum(map(len, heads)) < len(set(recipients)) or sum(rows[0][0] for rows in counts) < bumped_ids:
         # Some rows do not exist yet: undo this try (its row locks go with it) and upsert.
         upserts = badge_statements(increments, now_ms) if increments is not None else []
         _, *results = run_together([(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}", []), *entries(existing_only=False), *upserts])
-        heads, badges = results[: len(chunks)], results[len(chunks):]
+        heads, bumped = results[: len(chunks)], ({}, [])
+        for rows in results[len(chunks):]:
+            read_badge_rows(rows, *bumped)
     per_spec: list[dict[int, int]] = [{} for _ in specs]
     for user_pk, head in (row for rows in heads for row in rows):
         first = head - len(specs) + 1
         for index, seqs_of_spec in enumerate(per_spec):
             seqs_of_spec[user_pk] = first + index
-    if increments is None:
-        return per_spec, None
-    bumped: Bumped = ({}, [])
-    for rows in badges:
-        read_badge_rows([row for row in rows if row[0] is not None], *bumped)
-    return per_spec, bumped
+    return per_spec, (bumped if increments is not None else None)
 
 
 def _conversation_update(conversation: Conversation, update_fields: Sequence[str]) -> Statement:

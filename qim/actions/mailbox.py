@@ -284,10 +284,10 @@ def _badges_statement(
 
 
 def badge_update_statements(increments: dict[int, int], now_ms: int) -> list[tuple[str, list]]:
-    """PostgreSQL: badge_statements as plain UPDATEs of the rows that exist, in user order
-    under FORCE_INDEX_SCANS (qim/actions/log_postgresql.py). Each answers read_badge_rows'
-    rows and one more, (None, how many badge rows it updated), so the caller can tell whether
-    every row existed."""
+    """PostgreSQL: the badges' bump as plain UPDATEs of the rows that exist, in user order
+    under FORCE_INDEX_SCANS (qim/actions/log_postgresql.py); each answers one row, how many
+    badge rows it updated, so the caller can tell whether every row existed. The push-capable
+    devices and their users' new badges are read by pushable_badges_statements after it."""
     chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
     return [_badges_update_statement(chunk, increments, now_ms) for chunk in chunks]
 
@@ -303,16 +303,24 @@ def _badges_update_statement(chunk: Sequence[int], increments: dict[int, int], n
     sql = (
         f"WITH b AS (UPDATE {table} SET badge = badge + %s "
         "+ coalesce((%s::int[])[array_position(%s::bigint[], user_id)], 0), updated_at_ms = %s "
-        "WHERE user_id = ANY(%s::bigint[]) RETURNING user_id, badge), "
-        f"d AS (SELECT id, user_id, device_id FROM {Device._meta.db_table} "
-        "WHERE user_id = ANY(%s::bigint[]) AND (push_token <> '' OR voip_token <> '')) "
-        "SELECT user_id, badge, NULL::bigint, NULL::text FROM b WHERE user_id IN (SELECT user_id FROM d) "
-        "UNION ALL SELECT user_id, NULL, id, device_id FROM d "
-        "UNION ALL SELECT NULL, count(*), NULL, NULL FROM b"
+        "WHERE user_id = ANY(%s::bigint[]) RETURNING 1) SELECT count(*) FROM b"
     )
-    ids = _pg_ids_text(tuple(chunk))
     differences = _pg_int_array(increments[pk] - common for pk in odd)
-    return sql, [common, differences, _pg_int_array(odd), now_ms, ids, ids]
+    return sql, [common, differences, _pg_int_array(odd), now_ms, _pg_ids_text(tuple(chunk))]
+
+
+def pushable_badges_statements(increments: dict[int, int]) -> list[tuple[str, list]]:
+    """PostgreSQL: (user pk, badge, device pk, device_id) of every push-capable device of the
+    users badge_update_statements bumped, with the badge that transaction just wrote; sent
+    after the planner settings are back, so the device probe takes the plan it would alone
+    (a scan of a small table, the user index of a large one)."""
+    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    badges, devices = UserBadgeState._meta.db_table, Device._meta.db_table
+    sql = (
+        f"SELECT d.user_id, b.badge, d.id, d.device_id FROM {devices} d JOIN {badges} b ON b.user_id = d.user_id "
+        "WHERE d.user_id = ANY(%s::bigint[]) AND (d.push_token <> '' OR d.voip_token <> '')"
+    )
+    return [(sql, [_pg_ids_text(tuple(chunk))]) for chunk in chunks]
 
 
 def read_badge_rows(rows: Iterable[tuple], badges: dict[int, int], devices: list[tuple[int, int, str]]) -> None:
