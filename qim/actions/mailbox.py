@@ -6,6 +6,7 @@ and expects the conversation's row lock to be held.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 from collections.abc import Iterable, Sequence
@@ -42,15 +43,24 @@ def _pg_ids_text(ids: tuple[int, ...]) -> str:
     return _pg_int_array(ids)
 
 
-def _heads_sql(chunk: Sequence[int], by: int) -> tuple[str, list]:
+def _heads_sql(chunk: Sequence[int], by: int, *, existing_only: bool = False) -> tuple[str, list]:
     """An upsert ... RETURNING (user pk, new mailbox_head): each user of `chunk` takes `by`
-    seqs, the head rows made on first use.
+    seqs, the head rows made on first use. With `existing_only` (PostgreSQL), a plain UPDATE
+    of the rows that exist, answering only those (qim/actions/log_postgresql.py).
 
     The rows are taken in ascending user order, so two transactions writing to overlapping
-    member sets (two groups sharing members) cannot deadlock on PostgreSQL. On SQLite the
-    transaction already holds the database's write lock (IMMEDIATE).
+    member sets (two groups sharing members) cannot deadlock on PostgreSQL: the upsert sorts
+    its input; the UPDATE needs the primary key's index scan, which the caller forces
+    (FORCE_INDEX_SCANS). On SQLite the transaction already holds the database's write lock
+    (IMMEDIATE).
     """
     table = UserMailboxHead._meta.db_table
+    if connection.vendor == "postgresql" and existing_only:
+        sql = (
+            f"UPDATE {table} SET mailbox_head = mailbox_head + {int(by)} WHERE user_id = ANY(%s::bigint[]) "
+            "RETURNING user_id, mailbox_head"
+        )
+        return sql, [_pg_ids_text(tuple(chunk))]
     upsert = (
         f"ON CONFLICT (user_id) DO UPDATE SET mailbox_head = {table}.mailbox_head + excluded.mailbox_head "
         "RETURNING user_id, mailbox_head"
@@ -137,13 +147,14 @@ def _insert_entries_postgresql(
 
 def entries_statement(
     tenant_id: int, conversation_id: str, specs: Sequence[EntrySpec], chunk: Sequence[int], now_ms: int,
-    *, message_seqs: Sequence[int] | None = None,
+    *, message_seqs: Sequence[int] | None = None, existing_only: bool = False,
 ) -> tuple[str, list]:
     """PostgreSQL: the heads of `chunk` moved by len(specs) and every entry inserted from them,
     one statement answering (user pk, new head). With `message_seqs` (one per spec) the
     entries' message ids are the conversation's log rows at those seqs, read by the statement
-    itself, so it can be sent with the INSERT of those rows (qim/actions/log_postgresql.py)."""
-    heads_sql, heads_params = _heads_sql(chunk, by=len(specs))
+    itself, so it can be sent with the INSERT of those rows (qim/actions/log_postgresql.py).
+    With `existing_only` only the users whose head row exists are written (and answered)."""
+    heads_sql, heads_params = _heads_sql(chunk, by=len(specs), existing_only=existing_only)
     table = UserMailboxEntry._meta.db_table
     columns = "AS e (ord, kind, message_id, control, origin_user, origin_device)"
     source = f"unnest(%s::int[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::text[]) {columns}"
@@ -270,6 +281,46 @@ def _badges_statement(
         )
         params.append(params[1])
     return sql, params
+
+
+def badge_update_statements(increments: dict[int, int], now_ms: int) -> list[tuple[str, list]]:
+    """PostgreSQL: the badges' bump as plain UPDATEs of the rows that exist, in user order
+    under FORCE_INDEX_SCANS (qim/actions/log_postgresql.py); each answers one row, how many
+    badge rows it updated, so the caller can tell whether every row existed. The push-capable
+    devices and their users' new badges are read by pushable_badges_statements after it."""
+    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    return [_badges_update_statement(chunk, increments, now_ms) for chunk in chunks]
+
+
+def _badges_update_statement(chunk: Sequence[int], increments: dict[int, int], now_ms: int) -> tuple[str, list]:
+    """The increments as the one most members share plus the few that differ (a batch's
+    senders, whose own messages do not count for them): no array of a thousand increments to
+    build and bind per batch, and the UPDATE reads one table, so the forced index scan sets
+    the lock order (a join's order would depend on its plan)."""
+    table = UserBadgeState._meta.db_table
+    common = collections.Counter(increments[pk] for pk in chunk).most_common(1)[0][0]
+    odd = [pk for pk in chunk if increments[pk] != common]
+    sql = (
+        f"WITH b AS (UPDATE {table} SET badge = badge + %s "
+        "+ coalesce((%s::int[])[array_position(%s::bigint[], user_id)], 0), updated_at_ms = %s "
+        "WHERE user_id = ANY(%s::bigint[]) RETURNING 1) SELECT count(*) FROM b"
+    )
+    differences = _pg_int_array(increments[pk] - common for pk in odd)
+    return sql, [common, differences, _pg_int_array(odd), now_ms, _pg_ids_text(tuple(chunk))]
+
+
+def pushable_badges_statements(increments: dict[int, int]) -> list[tuple[str, list]]:
+    """PostgreSQL: (user pk, badge, device pk, device_id) of every push-capable device of the
+    users badge_update_statements bumped, with the badge that transaction just wrote; sent
+    after the planner settings are back, so the device probe takes the plan it would alone
+    (a scan of a small table, the user index of a large one)."""
+    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    badges, devices = UserBadgeState._meta.db_table, Device._meta.db_table
+    sql = (
+        f"SELECT d.user_id, b.badge, d.id, d.device_id FROM {devices} d JOIN {badges} b ON b.user_id = d.user_id "
+        "WHERE d.user_id = ANY(%s::bigint[]) AND (d.push_token <> '' OR d.voip_token <> '')"
+    )
+    return [(sql, [_pg_ids_text(tuple(chunk))]) for chunk in chunks]
 
 
 def read_badge_rows(rows: Iterable[tuple], badges: dict[int, int], devices: list[tuple[int, int, str]]) -> None:
