@@ -7,7 +7,8 @@ iteration more than the one `send()` needed (docs/performance.md, "Issue 22: rec
 storms", fourth round). While autobahn is CONNECTING, its other writes being plain, this
 sends the response as qim/gateway/wire.py sends frames: straight to the kernel when Twisted
 holds nothing for the socket, the rest behind what Twisted holds, so the byte stream keeps
-its order whichever path wrote it. Anything else (TLS, another transport, a sync or chopped
+its order whichever path wrote it. Once OPEN, the same hook writes what a consumer holds for
+the socket before autobahn's own write (qim/gateway/wire.py `release_held`). Anything else (TLS, another transport, a sync or chopped
 send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's path."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
-from qim.gateway.wire import send_or_queue, twisted_buffered
+from qim.gateway.wire import HOLDING, release_held, send_or_queue, twisted_buffered
 
 CONNECTING = WebSocketProtocol.STATE_CONNECTING
 
@@ -54,6 +55,8 @@ def install() -> bool:
     send_data = DaphneWebSocketProtocol.sendData
 
     def sendData(self: Any, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
+        if HOLDING:
+            release_held(self)
         if not direct(self, data, sync, chopsize):
             send_data(self, data, sync, chopsize)
 
