@@ -36,6 +36,9 @@ from twisted.internet import tcp
 from qim.conf import limit
 
 OPCODE_TEXT_FIN = 0x81
+# The most a socket holds (`DaphneSocket.hold`): a reconnect's replies are a few KiB; big pages
+# pipelined (SYNCs cut at QIM_MAX_OUTBOUND_FRAME_BYTES) go out as they come past this.
+HELD_BYTES_MAX = 64 * 1024
 # How `DaphneSocket.write_now` wrote a frame (0: it did not; the caller takes the normal path);
 # HELD: `write` kept it until `release`.
 DIRECT, QUEUED, HELD = 1, 2, 3
@@ -129,9 +132,10 @@ class DaphneSocket:
         return cls(protocol, transport)
 
     def buffered(self) -> int:
-        """Bytes written that the kernel has not taken: Twisted's buffer, and what is held."""
-        held = self.held
-        return twisted_buffered(self.transport) + (sum(map(len, held)) if held else 0)
+        """Bytes written that Twisted still holds because the kernel did not take them (not
+        what `hold` keeps: that is the node's own wait, bounded by HELD_BYTES_MAX, not the
+        peer's unread bytes that the slow-socket bound is about)."""
+        return twisted_buffered(self.transport)
 
     def writable(self, frame: TextFrame) -> bool:
         """Whether `write` may take this frame; otherwise autobahn must (and decides)."""
@@ -162,8 +166,10 @@ class DaphneSocket:
         QUEUED when (part of) it waits in Twisted's buffer, HELD while `hold` is on."""
         held = self.held
         if held is not None:
-            held.append(frame.data)
-            return HELD
+            if sum(map(len, held)) + len(frame.data) <= HELD_BYTES_MAX:
+                held.append(frame.data)
+                return HELD
+            self._write_held()  # then this frame, and holding goes on
         return self._send(frame.data, twisted_buffered(self.transport))
 
     def hold(self) -> None:
@@ -172,13 +178,19 @@ class DaphneSocket:
         HOLDING[self.protocol] = self
 
     def release(self) -> None:
-        """Write what was held with one `send()`, the rest behind what Twisted holds. A socket
-        Twisted is closing, or that autobahn left OPEN without a write (a lost connection),
-        drops it, as it drops a frame written to it now."""
+        """Write what is held; `write` writes at once from now on."""
         HOLDING.pop(self.protocol, None)
-        held, self.held = self.held, None
+        self._write_held()
+        self.held = None
+
+    def _write_held(self) -> None:
+        """What is held, with one `send()`, the rest behind what Twisted holds. A socket Twisted
+        is closing, or that autobahn left OPEN without a write (a lost connection), drops it,
+        as it drops a frame written to it now."""
+        held = self.held
         if not held:
             return
+        self.held = []
         transport = self.transport
         if (
             self.protocol.state != STATE_OPEN
