@@ -7,9 +7,10 @@ iteration more than the one `send()` needed (docs/performance.md, "Issue 22: rec
 storms", fourth round). While autobahn is CONNECTING, its other writes being plain, this
 sends the response as qim/gateway/wire.py sends frames: straight to the kernel when Twisted
 holds nothing for the socket, the rest behind what Twisted holds, so the byte stream keeps
-its order whichever path wrote it. Once OPEN, the same hook writes what a consumer holds for
-the socket before autobahn's own write (qim/gateway/wire.py `release_held`). Anything else (TLS, another transport, a sync or chopped
-send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's path."""
+its order whichever path wrote it. Anything else (TLS, another transport, a sync or chopped
+send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's path. Once
+OPEN, the same hook first writes what a consumer holds for the socket, so autobahn's own
+writes (a close, a Pong) come after it (qim/gateway/wire.py `release_held`)."""
 
 from __future__ import annotations
 
