@@ -30,13 +30,15 @@ from qim.gateway.close_codes import (
     CLOSE_TOO_SLOW,
 )
 from qim.gateway.consumer_auth import AuthenticatingConsumer
-from qim.gateway.wire import DaphneSocket, TextFrame, twisted_buffered
+from qim.gateway.wire import DIRECT, HELD, QUEUED, DaphneSocket, TextFrame, twisted_buffered
 from qim.log_context import frame_scope
 from qim.metrics import instruments as metrics
 from qim.outage import outage_of
 
 logger = logging.getLogger(__name__)
 
+# The node's counter for each way `DaphneSocket.write` took a frame.
+WRITTEN = {DIRECT: "frames_written_direct", QUEUED: "frames_written_queued", HELD: "frames_written_held"}
 
 
 class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
@@ -66,11 +68,32 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         self.scope = scope
         self.channel_layer = None
         self.base_send = send
+        # daphne's input queue (qim/gateway/lean_queue.py): how many messages wait behind this one.
+        waiting = getattr(getattr(receive, "__self__", None), "qsize", None)
         try:
             while True:
-                await self.dispatch(await receive())
+                message = await receive()
+                behind = waiting() if waiting is not None and self._socket is not None else 0
+                if behind:
+                    await self._dispatch_held(message, behind, receive)
+                else:
+                    await self.dispatch(message)
         except StopConsumer:
             pass
+
+    async def _dispatch_held(self, message: dict[str, Any], behind: int, receive) -> None:  # type: ignore[no-untyped-def]
+        """This message and the `behind` already queued after it (a pipelined reconnect's
+        AUTH, SYNC and ROOM_JOIN, read at once), their replies held and written with one
+        `send()` once the last is served: a reply waits at most for the serving of the
+        messages that were already there, never for a later read (qim/gateway/wire.py)."""
+        socket = self._socket
+        socket.hold()
+        try:
+            await self.dispatch(message)
+            for _ in range(behind):
+                await self.dispatch(await receive())
+        finally:
+            socket.release()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch hops to a thread to close stale DB connections before every
@@ -136,8 +159,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         if socket is not None:
             frame = text if isinstance(text, TextFrame) else TextFrame.of(text)
             if socket.writable(frame):
-                written = "frames_written_direct" if socket.write(frame) else "frames_written_queued"
-                get_node().counters[written] += 1
+                get_node().counters[WRITTEN[socket.write(frame)]] += 1
                 return
         try:
             await self.send(text_data=text.text if isinstance(text, TextFrame) else text)

@@ -8,7 +8,9 @@ storms", fourth round). While autobahn is CONNECTING, its other writes being pla
 sends the response as qim/gateway/wire.py sends frames: straight to the kernel when Twisted
 holds nothing for the socket, the rest behind what Twisted holds, so the byte stream keeps
 its order whichever path wrote it. Anything else (TLS, another transport, a sync or chopped
-send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's path."""
+send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's path. Once
+OPEN, the same hook first writes what a consumer holds for the socket, so autobahn's own
+writes (a close, a Pong) come after it (qim/gateway/wire.py `release_held`)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
-from qim.gateway.wire import send_or_queue, twisted_buffered
+from qim.gateway.wire import HOLDING, release_held, send_or_queue, twisted_buffered
 
 CONNECTING = WebSocketProtocol.STATE_CONNECTING
 
@@ -54,6 +56,8 @@ def install() -> bool:
     send_data = DaphneWebSocketProtocol.sendData
 
     def sendData(self: Any, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
+        if HOLDING:
+            release_held(self)
         if not direct(self, data, sync, chopsize):
             send_data(self, data, sync, chopsize)
 

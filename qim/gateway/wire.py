@@ -11,6 +11,13 @@ kernel, as asyncio's own transports do; only what the kernel does not take is ha
 `transport.write`, behind which everything later queues, so the byte stream keeps the
 order frames were written in whichever path wrote them.
 
+While a consumer serves the frames of one read (`hold` to `release`), what `write` takes is
+held and written with one `send()` at the end: a pipelined reconnect's AUTH_OK, SYNC_BATCH and
+ROOM_BATCH in one instead of three (docs/performance.md, "Issue 22: reconnect storms", fifth
+round). Every other write to the socket releases what is held first (`write_now`, and
+autobahn's own `sendData`, qim/gateway/handshake_write.py), so the byte stream keeps the order
+the frames were written in.
+
 Anything unusual (not a plain TCP transport: TLS, uvicorn, an in-process communicator;
 compression negotiated; autobahn not OPEN or in the middle of a queued or fragmented write;
 Twisted closing the socket) answers `None` or False here, and the caller takes the normal
@@ -29,8 +36,12 @@ from twisted.internet import tcp
 from qim.conf import limit
 
 OPCODE_TEXT_FIN = 0x81
-# How `DaphneSocket.write_now` wrote a frame (0: it did not; the caller takes the normal path).
-DIRECT, QUEUED = 1, 2
+# The most a socket holds (`DaphneSocket.hold`): a reconnect's replies are a few KiB; big pages
+# pipelined (SYNCs cut at QIM_MAX_OUTBOUND_FRAME_BYTES) go out as they come past this.
+HELD_BYTES_MAX = 64 * 1024
+# How `DaphneSocket.write_now` wrote a frame (0: it did not; the caller takes the normal path);
+# HELD: `write` kept it until `release`.
+DIRECT, QUEUED, HELD = 1, 2, 3
 STATE_OPEN = WebSocketProtocol.STATE_OPEN
 SEND_STATE_GROUND = WebSocketProtocol.SEND_STATE_GROUND
 
@@ -87,7 +98,7 @@ class TextFrame:
 class DaphneSocket:
     """The autobahn protocol and Twisted TCP transport under one daphne WebSocket."""
 
-    __slots__ = ("protocol", "transport", "max_payload", "plain")
+    __slots__ = ("protocol", "transport", "max_payload", "plain", "held")
 
     # The message limit of this process's daphne (--websocket-max-message-size; one server
     # gives every socket the same), 0 until a socket was seen (outbound_frame_cap).
@@ -100,6 +111,8 @@ class DaphneSocket:
         # Open with no compression, server masking or auto-fragmenting: found once, as none
         # of them changes after the opening handshake.
         self.plain = False
+        # Frames' bytes `write` keeps while a read's frames are served (`hold`), else None.
+        self.held: list[bytes] | None = None
         DaphneSocket.process_max_payload = self.max_payload
 
     @classmethod
@@ -119,7 +132,9 @@ class DaphneSocket:
         return cls(protocol, transport)
 
     def buffered(self) -> int:
-        """Bytes written that Twisted still holds because the kernel did not take them."""
+        """Bytes written that Twisted still holds because the kernel did not take them (not
+        what `hold` keeps: that is the node's own wait, bounded by HELD_BYTES_MAX, not the
+        peer's unread bytes that the slow-socket bound is about)."""
         return twisted_buffered(self.transport)
 
     def writable(self, frame: TextFrame) -> bool:
@@ -146,17 +161,55 @@ class DaphneSocket:
         )
         return self.plain
 
-    def write(self, frame: TextFrame) -> bool:
-        """Write a frame `writable` accepted. Answers True when the kernel took all of it at
-        once, False when (part of) it waits in Twisted's buffer."""
-        return self._send(frame.data, self.buffered()) == DIRECT
+    def write(self, frame: TextFrame) -> int:
+        """Write a frame `writable` accepted: DIRECT when the kernel took all of it at once,
+        QUEUED when (part of) it waits in Twisted's buffer, HELD while `hold` is on."""
+        held = self.held
+        if held is not None:
+            if sum(map(len, held)) + len(frame.data) <= HELD_BYTES_MAX:
+                held.append(frame.data)
+                return HELD
+            self._write_held()  # then this frame, and holding goes on
+        return self._send(frame.data, twisted_buffered(self.transport))
+
+    def hold(self) -> None:
+        """Keep what `write` takes until `release` (a consumer serving the frames of one read)."""
+        self.held = []
+        HOLDING[self.protocol] = self
+
+    def release(self) -> None:
+        """Write what is held; `write` writes at once from now on."""
+        HOLDING.pop(self.protocol, None)
+        self._write_held()
+        self.held = None
+
+    def _write_held(self) -> None:
+        """What is held, with one `send()`, the rest behind what Twisted holds. A socket Twisted
+        is closing, or that autobahn left OPEN without a write (a lost connection), drops it,
+        as it drops a frame written to it now."""
+        held = self.held
+        if not held:
+            return
+        self.held = []
+        transport = self.transport
+        if (
+            self.protocol.state != STATE_OPEN
+            or not transport.connected
+            or transport.disconnecting
+            or transport._writeDisconnected
+        ):
+            return
+        send_or_queue(transport, held[0] if len(held) == 1 else b"".join(held), twisted_buffered(transport))
 
     def write_now(self, frame: TextFrame, max_buffered: int) -> int:
         """`writable` and `write` in one call for a room's tick: DIRECT or QUEUED, or 0 when
         the frame is not writable here or the socket holds more than `max_buffered` unread
         bytes (the caller's normal path decides: autobahn, or the 4429 close). The checks
         of `writable` and the send of `_send` are written out here: this runs once per member
-        of every tick, and each call layer was a few percent of a 5 000-member tick."""
+        of every tick, and each call layer was a few percent of a 5 000-member tick. What a
+        held socket holds is written first, so the tick is not delayed and comes after it."""
+        if self.held is not None:
+            self.release()
         transport, protocol = self.transport, self.protocol
         buffered = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
         if (
@@ -186,6 +239,19 @@ class DaphneSocket:
 
     def _send(self, data: bytes, buffered: int) -> int:
         return send_or_queue(self.transport, data, buffered)
+
+
+# The sockets holding writes now, by autobahn protocol: few at a time, and empty between reads.
+HOLDING: dict[Any, DaphneSocket] = {}
+
+
+def release_held(protocol: Any) -> None:
+    """Before autobahn writes to this socket (a close, a Pong, a frame on its path): what the
+    socket holds goes first, as it was written first. A write on autobahn's path after a
+    close's is never made, so a held frame never follows a close frame."""
+    socket = HOLDING.get(protocol)
+    if socket is not None:
+        socket.release()
 
 
 def send_or_queue(transport: tcp.Server, data: bytes, buffered: int) -> int:

@@ -41,8 +41,9 @@ KNOWN_LIMITS = (
     "per_user_msg_rate", "per_user_reaction_rate", "room_msg_rate", "inbound_frame_rate",
     "auth_token_rate_per_account", "auth_token_rate_per_address",
 )
-# How a frame reaches its socket (qim/gateway/wire.py): all three are frames out.
-FRAMES_WRITTEN = ("frames_written_direct", "frames_written_queued", "frames_written_autobahn")
+# How a frame reaches its socket (qim/gateway/wire.py): all four are frames out (a held one
+# goes out with the other replies to the same read).
+FRAMES_WRITTEN = ("frames_written_direct", "frames_written_queued", "frames_written_held", "frames_written_autobahn")
 
 
 class NodeCollector:
