@@ -30,7 +30,7 @@ from qim.gateway.foreground import ForegroundWork
 from qim.gateway.wire import DIRECT, QUEUED, TextFrame
 from rooms.batches import Batch
 from rooms.budget import RATE_SLACK, FrameBudget
-from rooms.local_room import Held, LocalRoom, TickPlan, room_batches
+from rooms.local_room import Held, LocalRoom, Planned, TickPlan, room_batches
 
 logger = logging.getLogger(__name__)
 
@@ -168,12 +168,22 @@ class LocalRooms:
         # Encoded and framed once per member position: the same bytes go to every member
         # sent up to the same room_seq (qim/gateway/wire.py, rooms/local_room.py TickPlan).
         plan, members, sent = TickPlan(room), room.members, room.sent_upto
+        key, deferred, windows = room.key, self._deferred, self.budget.windows
         cap, max_buffered = self.budget.cap(), settings.QIM_MAX_OUTBOUND_BUFFER_BYTES
+        perf_counter = time.perf_counter
         give_way = TICK_GIVE_WAY_S
-        slice_ends = now = 0.0
+        slice_ends = now = horizon = 0.0
+        # The plan of the last member's position, and its frame when it is one frame: a tick's
+        # members are mostly at one position, so this is looked up once per slice.
+        upto: int | None = None
+        planned: Planned | None = None
+        single: TextFrame | None = None
+        # The usual member's frames, by how they went (wire.DIRECT, wire.QUEUED), counted here
+        # and added once per tick (issue 22: the per-frame cost).
+        written = [0, 0, 0]
         try:
             for conn in list(members):
-                if time.perf_counter() > slice_ends:
+                if perf_counter() > slice_ends:
                     # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
                     # big room's tick at most, not for all of it, and a conversation frame being
                     # handled not even that (design C-3: isolation on one node).
@@ -181,24 +191,49 @@ class LocalRooms:
                         for _ in range(TICK_YIELDS):
                             await asyncio.sleep(0)
                     give_way -= await self._give_way(give_way)
-                    slice_ends = time.perf_counter() + TICK_SLICE_S
+                    slice_ends = perf_counter() + TICK_SLICE_S
                     # The budget counts a slice's frames as sent when it began: at most a
                     # millisecond early, against a window of RATE_SLACK seconds.
                     now = time.monotonic()
+                    horizon = now - RATE_SLACK
                     plan.roll(now)
+                    upto = None
                 if conn not in members:
                     continue  # left, or rejoining, while the tick yielded
-                planned = plan.after(sent.get(conn, 0))
+                at = sent.get(conn, 0)
+                if at != upto:
+                    upto, planned = at, plan.after(at)
+                    single = planned.frames[0] if planned is not None and len(planned.frames) == 1 else None
                 if planned is None:
                     continue
                 sent[conn] = planned.head
-                done = self._write_now(conn, room.key, planned.frames, cap, now, max_buffered)
+                # The usual member, written out here (FrameBudget.take and _write_now's checks):
+                # one frame, a direct path, budget left, nothing of the room deferred for it.
+                window, write_now = windows.get(conn), conn.write_now
+                if (
+                    single is not None
+                    and write_now is not None
+                    and window is not None
+                    and window.maxlen == cap
+                    and (len(window) < cap or window[0] <= horizon)
+                    and not (deferred and key in deferred.get(conn, ()))
+                ):
+                    window.append(now)
+                    how = write_now(single, max_buffered)
+                    written[how] += 1
+                    if not how:
+                        await self._write(conn, single)
+                    continue
+                done = self._write_now(conn, key, planned.frames, cap, now, max_buffered)
                 if done < 0:
-                    await self._deliver(conn, room.key, room.meta, planned.batches)
+                    await self._deliver(conn, key, room.meta, planned.batches)
                 else:
                     for frame in planned.frames[done:]:
                         await self._write(conn, frame)
         finally:
+            self.frames_pushed += sum(written)
+            self._written[DIRECT] += written[DIRECT]
+            self._written[QUEUED] += written[QUEUED]
             self._tally_written()
 
     def _write_now(self, conn: Connection, key: str, frames: list[TextFrame], cap: int, now: float,
