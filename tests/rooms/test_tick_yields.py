@@ -1,7 +1,7 @@
 """Between slices a room's tick gives other work up to TICK_YIELDS loop iterations, and
-stops early only when the loop has nothing else to run (rooms/local.py
-`LocalRooms._yield_to_others`; issue 22: an idle iteration is a poll and the loop's own
-Python, about 4 % of an unmerged room's CPU).
+stops early only when the loop has nothing else to run (rooms/tick_pacing.py
+`yield_to_others`; issue 22: an idle iteration is only a poll and the loop's own
+Python).
 
 On a real event loop: work that advances one step per iteration (a DM's frame is read,
 handled, handed to a DB thread, answered: a step each) still gets every iteration; with
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rooms.local import TICK_YIELDS, LocalRooms
+from rooms.tick_pacing import TICK_YIELDS, yield_to_others
 
 
 def count_polls(loop: asyncio.AbstractEventLoop) -> list[int]:
@@ -39,7 +39,7 @@ async def test_work_that_advances_a_step_per_iteration_gets_every_yield() -> Non
             loop.call_soon(step, n + 1)
 
     loop.call_soon(step, 1)
-    await LocalRooms._yield_to_others()
+    await yield_to_others()
     # Each of the tick's iterations ran one step of the other work (its first step ran in
     # the first iteration, before or after the tick's own).
     assert TICK_YIELDS <= len(steps) <= TICK_YIELDS + 1
@@ -50,5 +50,5 @@ async def test_with_nothing_else_to_run_the_tick_polls_once() -> None:
     loop = asyncio.get_running_loop()
     await asyncio.sleep(0)  # whatever the test's set-up left queued runs first
     polls = count_polls(loop)
-    await LocalRooms._yield_to_others()
+    await yield_to_others()
     assert polls[0] == 1
