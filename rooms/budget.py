@@ -26,7 +26,7 @@ class FrameBudget:
 
     def __init__(self) -> None:
         # Each connection's send times, oldest first, bounded to the cap: read in place by a
-        # room's tick for its usual member (rooms/local.py `_write_slice`).
+        # room's tick for its usual member (rooms/local.py `_write_tick`).
         self.windows: dict[Connection, deque[float]] = {}
 
     @staticmethod
