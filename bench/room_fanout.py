@@ -22,7 +22,8 @@ Receivers are two lean processes (bench/lean_ws.py, compression off); every case
   commandstats for both (ZADD: channels_redis stores each message once and backs it up once
   while a receiver takes it).
 - unmerged, and big rooms (bench/big_rooms.py, issue 22 items 3 and 4): one event per frame
-  against raw websockets at the same offered load, frames per server CPU-second; 20 msg/s
+  against raw websockets at the same offered load, frames per server CPU-second, the two
+  alternated in UNMERGED_ROUNDS rounds (the ratio is the rounds' median); 20 msg/s
   to 5 000 receivers on one node and to 10 000 on two (--quick: 1 000 and 2 000).
 - qim (uvicorn): the same QIM app served by uvicorn, when it is installed (full runs only).
 --quick skips the informational cases (frame rate 50, remote writer, uvicorn).
@@ -47,7 +48,7 @@ from common import (
     uvicorn_available,
     work_directory,
 )
-from big_rooms import UNMERGED_ENV, BigPlan, one_node_big, two_nodes_big, unmerged
+from big_rooms import UNMERGED_ENV, BigPlan, UnmergedSide, one_node_big, two_nodes_big, unmerged_rounds
 from big_rooms import report as report_big_rooms
 from loadgen import Target
 from pyspy import print_summary
@@ -96,7 +97,14 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
                                 "burst", {"count": plan.burst}, plan))
         node.stop()
         node.start(UNMERGED_ENV)
-        rows.append(unmerged("qim", [node.process.pid], qim, tokens, senders[0], plan))
+        # Raw websockets' unmerged runs alternate with QIM's, both servers up (unmerged_rounds).
+        raw = RawWsServer(work_dir).start()
+        try:
+            rows += unmerged_rounds(plan, UnmergedSide("qim", [node.process.pid], qim, tokens, senders[0]),
+                                    UnmergedSide("raw_websockets", [raw.process.pid], Target("raw", raw.ws_url),
+                                                 [None] * big.unmerged_receivers, None))
+        finally:
+            raw.stop()
         if not plan.quick:  # informational; --quick skips it
             node.stop()
             node.start(THROUGHPUT_ENV)
@@ -126,7 +134,7 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
 
 def one_node_baselines(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    n, big = plan.receivers, BigPlan(plan)
+    n = plan.receivers
     # The baselines keep one server for all their cases (each case has fresh receivers; a
     # consumer that disconnects takes its queued messages with it).
     anonymous: list[str | None] = [None] * n
@@ -150,7 +158,6 @@ def one_node_baselines(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         rows.append(run_max("raw_websockets", pids, parts, target, None, plan))
         rows.append(run_drained("raw_websockets", "20/s", pids, parts, target, [None], "rate",
                                 {"rate": FIXED_RATE, "seconds": plan.fixed_s}, plan))
-        rows.append(unmerged("raw_websockets", pids, target, [None] * big.unmerged_receivers, None, plan))
     finally:
         raw.stop()
     return rows

@@ -25,16 +25,18 @@ class FrameBudget:
     """Send times of each connection's recent room frames."""
 
     def __init__(self) -> None:
-        self._sent: dict[Connection, deque[float]] = {}
+        # Each connection's send times, oldest first, bounded to the cap: read in place by a
+        # room's tick for its usual member (rooms/local.py `_write_tick`).
+        self.windows: dict[Connection, deque[float]] = {}
 
     @staticmethod
     def cap() -> int:
         return math.ceil(limit("room_outbound_frame_rate"))
 
     def _window(self, conn: Connection, cap: int) -> deque[float]:
-        sent = self._sent.get(conn)
+        sent = self.windows.get(conn)
         if sent is None or sent.maxlen != cap:
-            sent = self._sent[conn] = deque(sent or (), maxlen=cap)
+            sent = self.windows[conn] = deque(sent or (), maxlen=cap)
         return sent
 
     def left(self, conn: Connection, now: float | None = None) -> int:
@@ -51,7 +53,7 @@ class FrameBudget:
     def take(self, conn: Connection, frames: int, cap: int, now: float) -> bool:
         """Count `frames` sent at `now` when the budget has room for all of them (a tick's
         usual member: one frame, one comparison); False, counting nothing, when not."""
-        sent = self._sent.get(conn)
+        sent = self.windows.get(conn)
         if sent is None or sent.maxlen != cap:
             sent = self._window(conn, cap)
         if frames == 1:
@@ -71,11 +73,11 @@ class FrameBudget:
 
     def oldest(self, conn: Connection) -> float | None:
         """When the oldest frame still counted was sent (None: none)."""
-        sent = self._sent.get(conn)
+        sent = self.windows.get(conn)
         if not sent:
             return None
         horizon = time.monotonic() - RATE_SLACK
         return next((at for at in sent if at > horizon), None)
 
     def forget(self, conn: Connection) -> None:
-        self._sent.pop(conn, None)
+        self.windows.pop(conn, None)

@@ -30,32 +30,10 @@ from qim.gateway.foreground import ForegroundWork
 from qim.gateway.wire import DIRECT, QUEUED, TextFrame
 from rooms.batches import Batch
 from rooms.budget import RATE_SLACK, FrameBudget
-from rooms.local_room import Held, LocalRoom, TickPlan, room_batches
+from rooms.local_room import Held, LocalRoom, Planned, TickPlan, room_batches
+from rooms.tick_pacing import TICK_GAP, TICK_GIVE_WAY_S, TICK_SLICE_S, yield_to_others
 
 logger = logging.getLogger(__name__)
-
-# How long a room's tick writes to sockets before it lets the loop run other work (a direct
-# write is one send() of 20-60 us on loopback: a 500-member tick takes about 10 ms,
-# docs/performance.md).
-TICK_SLICE_S = 0.001
-# How many loop iterations a tick gives away after each slice. Other work advances one step
-# per iteration (a DM's frame is read, handled, handed to a DB thread, answered, pushed: a
-# step each), so with one iteration a DM that met a tick took a slice per step, up to the
-# whole tick; an iteration the others do not use costs a few microseconds.
-TICK_YIELDS = 4
-# The most a tick waits, in all, for conversation frames being handled (DMs, reads, reacts)
-# before its next slice (qim/gateway/foreground.py): long enough for a SEND's DB call at its
-# slowest on a loaded node, short enough that a steady stream of them slows a room's ticks
-# by at most this much each.
-TICK_GIVE_WAY_S = 0.02
-# The least wait after a tick longer than the interval, in intervals. It was half: the tick
-# that wrote every member in one go (2026-12-02) read nothing between ticks, and with no wait
-# ticks of one event each followed one another (docs/performance.md, "Raising
-# room_outbound_frame_rate collapsed batching"). A tick now yields after every slice, and a
-# rolling tick (TickPlan) takes the events that arrive while it runs to the members it has not
-# reached yet, so a 5 000-member room's cycle is its tick plus this (issue 22).
-TICK_GAP = 0.125
-
 
 class LocalRooms:
     def __init__(self, foreground: ForegroundWork, counters: Counter[str]) -> None:
@@ -168,38 +146,72 @@ class LocalRooms:
         # Encoded and framed once per member position: the same bytes go to every member
         # sent up to the same room_seq (qim/gateway/wire.py, rooms/local_room.py TickPlan).
         plan, members, sent = TickPlan(room), room.members, room.sent_upto
+        key, deferred, windows = room.key, self._deferred, self.budget.windows
         cap, max_buffered = self.budget.cap(), settings.QIM_MAX_OUTBOUND_BUFFER_BYTES
+        perf_counter = time.perf_counter
         give_way = TICK_GIVE_WAY_S
-        slice_ends = now = 0.0
+        slice_ends = now = horizon = 0.0
+        # The plan of the last member's position, and its frame when it is one frame: a tick's
+        # members are mostly at one position, so this is looked up once per slice.
+        upto: int | None = None
+        planned: Planned | None = None
+        single: TextFrame | None = None
+        # The usual member's frames, by how they went (wire.DIRECT, wire.QUEUED), counted here
+        # and added once per tick (issue 22: the per-frame cost).
+        written = [0, 0, 0]
         try:
             for conn in list(members):
-                if time.perf_counter() > slice_ends:
-                    # Other work (a DM's frame, its thread hop, its push) waits for one slice of a
-                    # big room's tick at most, not for all of it, and a conversation frame being
-                    # handled not even that (design C-3: isolation on one node).
-                    if slice_ends:
-                        for _ in range(TICK_YIELDS):
-                            await asyncio.sleep(0)
-                    give_way -= await self._give_way(give_way)
-                    slice_ends = time.perf_counter() + TICK_SLICE_S
-                    # The budget counts a slice's frames as sent when it began: at most a
-                    # millisecond early, against a window of RATE_SLACK seconds.
-                    now = time.monotonic()
-                    plan.roll(now)
+                if perf_counter() > slice_ends:
+                    now, give_way = await self._between_slices(plan, bool(slice_ends), give_way)
+                    slice_ends, horizon, upto = perf_counter() + TICK_SLICE_S, now - RATE_SLACK, None
                 if conn not in members:
                     continue  # left, or rejoining, while the tick yielded
-                planned = plan.after(sent.get(conn, 0))
+                at = sent.get(conn, 0)
+                if at != upto:
+                    upto, planned = at, plan.after(at)
+                    single = planned.frames[0] if planned is not None and len(planned.frames) == 1 else None
                 if planned is None:
                     continue
                 sent[conn] = planned.head
-                done = self._write_now(conn, room.key, planned.frames, cap, now, max_buffered)
+                # The usual member, written out here (FrameBudget.take and _write_now's checks):
+                # one frame, a direct path, budget left, nothing of the room deferred for it.
+                window, write_now = windows.get(conn), conn.write_now
+                if (
+                    single is not None
+                    and write_now is not None
+                    and window is not None
+                    and window.maxlen == cap
+                    and (len(window) < cap or window[0] <= horizon)
+                    and not (deferred and key in deferred.get(conn, ()))
+                ):
+                    window.append(now)
+                    how = write_now(single, max_buffered)
+                    written[how] += 1
+                    if not how:
+                        await self._write(conn, single)
+                    continue
+                done = self._write_now(conn, key, planned.frames, cap, now, max_buffered)
                 if done < 0:
-                    await self._deliver(conn, room.key, room.meta, planned.batches)
+                    await self._deliver(conn, key, room.meta, planned.batches)
                 else:
                     for frame in planned.frames[done:]:
                         await self._write(conn, frame)
         finally:
-            self._tally_written()
+            self._tally_written(written)
+
+    async def _between_slices(self, plan: TickPlan, yielding: bool, give_way: float) -> tuple[float, float]:
+        """Before a tick's slice: other work (a DM's frame, its thread hop, its push) waits for
+        one slice of a big room's tick at most, not for all of it, and a conversation frame
+        being handled not even that (design C-3: isolation on one node); then the events that
+        arrived meanwhile join the plan. Answers when the slice began, which the budget counts
+        its frames as sent at (at most a millisecond early, against a window of RATE_SLACK
+        seconds), and the give-way time left."""
+        if yielding:
+            await yield_to_others()
+        give_way -= await self._give_way(give_way)
+        now = time.monotonic()
+        plan.roll(now)
+        return now, give_way
 
     def _write_now(self, conn: Connection, key: str, frames: list[TextFrame], cap: int, now: float,
                    max_buffered: int) -> int:
@@ -224,7 +236,12 @@ class LocalRooms:
             written[how] += 1
         return len(frames)
 
-    def _tally_written(self) -> None:
+    def _tally_written(self, usual: list[int]) -> None:
+        """Add a tick's frames written straight to sockets to the node's counters: `usual`,
+        its usual members', by how (counted apart in `_write_tick`), and `_write_now`'s."""
+        self.frames_pushed += sum(usual)
+        self._written[DIRECT] += usual[DIRECT]
+        self._written[QUEUED] += usual[QUEUED]
         direct, queued = self._written[DIRECT], self._written[QUEUED]
         if direct or queued:
             self.counters["frames_written_direct"] += direct

@@ -29,7 +29,8 @@ class Connection:
     # A frame framed once for many sockets, written at once when the socket's direct path
     # takes it, without a coroutine (a room's tick, per member): answers wire.DIRECT or
     # wire.QUEUED, or 0 when `send_text` must be awaited instead (it decides: autobahn, the
-    # 4429 close). The int is the most unread bytes the socket may hold. None: no such path.
+    # 4429 close). The int is the most unread bytes the socket may hold. None: no such path,
+    # or the socket is being closed (GatewayConsumer.direct_writer).
     write_now: Callable[[TextFrame, int], int] | None = None
     # Close the socket as too slow (4429), saying why in the log; the client reconnects and
     # heals by SYNC and room replay. None where there is no socket to close.

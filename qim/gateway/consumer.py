@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -167,12 +168,16 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         except Disconnected:
             pass
 
-    def write_now(self, frame: TextFrame, max_buffered: int) -> int:
-        """A room tick's write without a coroutine (Connection.write_now): 0 sends it to
-        `send_text`, also for a socket being closed, which drops it there."""
-        if self._too_slow or self._revoked or self._socket is None:
-            return 0
-        return self._socket.write_now(frame, max_buffered)
+    def direct_writer(self) -> Callable[[TextFrame, int], int] | None:
+        """What Connection.write_now is: the socket's own `write_now`, so that a room's tick
+        calls it per member with no layer between (issue 22: the per-frame cost); None
+        without a direct path. `_stop_direct_writes` clears it once the socket is being
+        closed (too slow, or its credentials revoked): `send_text` then drops the frame."""
+        return self._socket.write_now if self._socket is not None else None
+
+    def _stop_direct_writes(self) -> None:
+        if self.conn is not None:
+            self.conn.write_now = None
 
     _too_slow = False
     _revoking = False  # a notice and the re-check may both close the socket: once is enough
@@ -186,6 +191,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         frame = {**error_frame("unauthenticated", f"credentials no longer valid: {reason}"), "reason": reason}
         await self.send_frame(frame)
         self._revoked = True
+        self._stop_direct_writes()
         await self.close(code=CLOSE_CREDENTIALS_REVOKED)
 
     def _transport(self):  # type: ignore[no-untyped-def]
@@ -207,6 +213,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         if self._too_slow:
             return
         self._too_slow = True
+        self._stop_direct_writes()
         logger.warning("closing connection %s as too slow: %s", self.conn and self.conn.connection_id, why)
         get_node().counters["slow_sockets_closed"] += 1
         try:

@@ -41,7 +41,7 @@ class AuthFrame(msgspec.Struct):
 
 class AuthenticatingConsumer:
     """What GatewayConsumer does with the first frame; it supplies send_frame, close,
-    send_text, write_now, _drop_slow_socket and _close_for_credentials; the AUTH deadline's
+    send_text, direct_writer, _drop_slow_socket and _close_for_credentials; the AUTH deadline's
     timer is stopped before the first frame comes here."""
 
     async def _authenticate(self, text: str | None, size: int) -> None:
@@ -100,7 +100,7 @@ class AuthenticatingConsumer:
             is_tenant_admin=identity.is_tenant_admin,
             client_version=frame.client_version,
             send_text=self.send_text,
-            write_now=self.write_now,
+            write_now=self.direct_writer(),
             drop_too_slow=self._drop_slow_socket,
             user=identity.user,
             token_digest=identity.token_digest,

@@ -211,10 +211,16 @@ class DaphneSocket:
         if self.held is not None:
             self.release()
         transport, protocol = self.transport, self.protocol
-        buffered = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        # Twisted empties dataBuffer (b"") and _tempDataLen (0) once it has sent everything
+        # (FileDescriptor.doWrite): two reads for the usual socket, the sum only when it holds some.
+        if transport.dataBuffer or transport._tempDataLen:
+            buffered = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+            if buffered > max_buffered:
+                return 0
+        else:
+            buffered = 0
         if (
-            buffered > max_buffered
-            or protocol.state != STATE_OPEN
+            protocol.state != STATE_OPEN
             or protocol.send_state != SEND_STATE_GROUND
             or protocol.send_queue
             or not (self.plain or self._plain())
@@ -224,10 +230,10 @@ class DaphneSocket:
             or transport._writeDisconnected
         ):
             return 0
-        if buffered:
-            transport.write(frame.data)
-            return QUEUED
         data = frame.data
+        if buffered:
+            transport.write(data)
+            return QUEUED
         try:
             sent = transport.socket.send(data)
         except OSError:
