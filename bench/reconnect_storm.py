@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from common import (
     Backend, CpuMeter, RawWsServer, bootstrap, emit, percentile, populate, print_table, raise_nofile, start_node,
@@ -122,11 +123,19 @@ def set_up_rooms(node: Any, tokens: dict[str, str], n: int) -> list[tuple[str, s
     return senders
 
 
+def rss_mib(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def node_stats(node: Any, admin: str) -> dict[str, Any]:
+    return httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"}, timeout=30).json()
+
+
 def wait_connections(node: Any, admin: str, count: int, timeout: float = 120) -> None:
     """Until the node holds `count` connections (the drop is seen)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stats = httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"}, timeout=30).json()
+        stats = node_stats(node, admin)
         if stats["connections"] <= count:
             return
         time.sleep(0.2)
@@ -165,11 +174,17 @@ def run_qim(args: argparse.Namespace, n: int, work_dir: Path, asgi_server: str, 
         wait_connections(node, admin, len(senders))
         send_round(commands, answers, sender_proc, MISSED, len(senders))
         sampler = Sampler(node.process.pid, max(3, n / 400), args.profile / f"storm-{asgi_server}.txt") if args.profile else None
+        passes_before, rss_before = node_stats(node, admin)["gc_collections"], rss_mib(node.process.pid)
         meter, began = CpuMeter([node.process.pid]), time.monotonic()
         client_meter = CpuMeter([proc.pid for proc in storm.procs])
         storm.storm.set()
         row = summary(f"qim {asgi_server}", storm.phase(), MISSED)
         row.update(cpu_figures(meter, client_meter, began, n))
+        # The collector's passes (young, middle, full) during the storm and the node's memory
+        # after it: what QIM_GC_*_THRESHOLD trade (docs/performance.md, reconnect storms).
+        passes = node_stats(node, admin)["gc_collections"]
+        row["gc_passes"] = [after - before for after, before in zip(passes, passes_before)]
+        row["rss_growth_mib"] = round(rss_mib(node.process.pid) - rss_before, 1)
         row["cold_connect_per_s"] = cold["per_s"]
         if sampler is not None and (path := sampler.wait()) is not None:
             row["profile"] = summarize(path)

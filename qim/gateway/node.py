@@ -199,6 +199,8 @@ class ConnectionNode:
             "counters": dict(self.counters),
             # The collector's thresholds in force (QIM_GC_YOUNG_, _MIDDLE_ and _OLD_THRESHOLD).
             "gc_thresholds": list(gc.get_threshold()),
+            # Passes the collector made per generation since start (young, middle, full).
+            "gc_collections": [generation["collections"] for generation in gc.get_stats()],
             # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/gc_freeze.py).
             **gc_freeze.stats(),
         }

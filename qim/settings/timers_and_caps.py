@@ -76,7 +76,13 @@ QIM_GC_FREEZE = env.bool("QIM_GC_FREEZE", default=False)
 # (10, 10)): the survivors went on to the old generation and its full passes
 # (docs/performance.md, "Third round: ... the collector's pauses").
 QIM_GC_MIDDLE_THRESHOLD = env.int("QIM_GC_MIDDLE_THRESHOLD", default=1 if QIM_GC_FREEZE else 10)
-QIM_GC_OLD_THRESHOLD = env.int("QIM_GC_OLD_THRESHOLD", default=10)
+# A full pass walks every object of every socket (over a second of CPU at 20 000 sockets). At
+# Python's 10 one fell inside every 10 000-client reconnect storm, a sixth of its node CPU; at
+# 100 (with the middle at 10) none did. What waits longer is the cyclic garbage of closed
+# connections that had reached the old generation, about 1.1 KiB each: +10-12 MiB of RSS after
+# a storm of 10 000 (docs/performance.md, "Fifth round: the full pass out of the storm"). Python
+# also still waits until a quarter more objects were promoted since the last full pass.
+QIM_GC_OLD_THRESHOLD = env.int("QIM_GC_OLD_THRESHOLD", default=100)
 QIM_GC_UNFREEZE_PERIOD_S = env.float("QIM_GC_UNFREEZE_PERIOD_S", default=600.0)
 QIM_GC_UNFREEZE_GROWTH = env.float("QIM_GC_UNFREEZE_GROWTH", default=1.0)
 # Room pushes (rooms/local.py; docs/performance.md "Issue 22: per-frame cost and big rooms"):
