@@ -19,7 +19,7 @@ from .cursor import CursorStore
 from .errors import ConnectionLost, QimError
 from .handshake import SessionHandshake, code_of
 from .messaging import ConversationRequests, new_client_msg_id
-from .pipeline import SentRequest
+from .pipeline import RequestPipelining
 from .pushes import PushCallback, PushCallbacks, PushQueue
 from .registry import RegistryAccess, RegistrySync, TypeRegistry
 from .reconnect import ReconnectHook, ReconnectLoop
@@ -35,7 +35,8 @@ _ABANDONED_MEMORY = 1024
 
 
 class QimClient(
-    SessionHandshake, ReconnectLoop, ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess, CallRequests
+    SessionHandshake, ReconnectLoop, RequestPipelining, ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess,
+    CallRequests,
 ):
     """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
 
@@ -276,30 +277,6 @@ class QimClient(
         if answer.get("type") == "ERROR":
             raise QimError.from_frame(answer)
         return answer
-
-    async def _write_pipelined(self, ws: ClientConnection, frames: list[Frame]) -> list[SentRequest]:
-        """Write `frames` as requests without waiting for any reply (nor, behind AUTH, for
-        AUTH_OK): sending yields only when the socket's buffer is full, so they normally leave
-        in the turn that wrote AUTH. Their replies resolve once the reader runs."""
-        sent = []
-        for frame in frames:
-            frame, reply = self._register(frame)
-            sent.append(SentRequest(frame, reply, self._await_reply, self._abandon))
-            await ws.send(encode_frame(frame))
-            self.pipelined_requests += 1
-        return sent
-
-    def _forget(self, req_id: str, reply: asyncio.Future[Frame]) -> None:
-        if self._pending.get(req_id) is reply:
-            del self._pending[req_id]
-        if reply.done() and not reply.cancelled():
-            # Failed by a lost connection while the send was still raising: that error is
-            # the one the caller gets; this one is seen, so asyncio does not log it.
-            reply.exception()
-
-    def _abandon(self, req_id: str) -> None:
-        self._pending.pop(req_id, None)
-        self._abandoned.append(req_id)
 
     async def send_frame(self, frame: Frame) -> None:
         """Send a frame as is and do not wait (TYPING, or deliberately malformed test frames)."""

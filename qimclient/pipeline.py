@@ -5,9 +5,14 @@ handled in order, AUTH first), so that catching up takes one round trip instead 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from .codec import Frame
+from .codec import Frame, encode_frame
+
+if TYPE_CHECKING:
+    from websockets.asyncio.client import ClientConnection
 
 # QimClient's reply waiter: (frame, its future, timeout or None) -> the reply, raising as
 # `request()` does (QimError on ERROR, TimeoutError, ConnectionLost).
@@ -44,3 +49,39 @@ class SentRequest:
 def _seen(future: asyncio.Future[Frame]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+class RequestPipelining:
+    """QimClient's writing of requests behind AUTH (mixed in; the attributes are QimClient's)."""
+
+    if TYPE_CHECKING:
+        pipelined_requests: int
+        _pending: dict[str, asyncio.Future[Frame]]
+        _abandoned: deque[str]
+
+        def _register(self, frame: Frame) -> tuple[Frame, asyncio.Future[Frame]]: ...
+        async def _await_reply(self, frame: Frame, reply: asyncio.Future[Frame], timeout: float | None) -> Frame: ...
+
+    async def _write_pipelined(self, ws: ClientConnection, frames: list[Frame]) -> list[SentRequest]:
+        """Write `frames` as requests without waiting for any reply (nor, behind AUTH, for
+        AUTH_OK): sending yields only when the socket's buffer is full, so they normally leave
+        in the turn that wrote AUTH. Their replies resolve once the reader runs."""
+        sent = []
+        for frame in frames:
+            frame, reply = self._register(frame)
+            sent.append(SentRequest(frame, reply, self._await_reply, self._abandon))
+            await ws.send(encode_frame(frame))
+            self.pipelined_requests += 1
+        return sent
+
+    def _abandon(self, req_id: str) -> None:
+        self._pending.pop(req_id, None)
+        self._abandoned.append(req_id)
+
+    def _forget(self, req_id: str, reply: asyncio.Future[Frame]) -> None:
+        if self._pending.get(req_id) is reply:
+            del self._pending[req_id]
+        if reply.done() and not reply.cancelled():
+            # Failed by a lost connection while the send was still raising: that error is
+            # the one the caller gets; this one is seen, so asyncio does not log it.
+            reply.exception()
