@@ -121,27 +121,42 @@ export class FrameProxy {
   }
 
   private serve(client: Socket): void {
-    client.pause();
+    // What the client writes while held waits here (no pause(): a paused socket the client
+    // resets was seen to leave the process spinning in its poll loop).
+    const early: Buffer[] = [];
+    let upstream: Socket | null = null;
+    let recorded: ProxiedSocket | null = null;
     client.on("error", () => undefined);
+    client.on("data", (data: Buffer) => {
+      if (upstream === null || recorded === null) {
+        early.push(data);
+        return;
+      }
+      recorded.fromClient(data);
+      upstream.write(data);
+    });
     const go = () => {
-      const upstream = connect(this.upstreamPort, "127.0.0.1");
-      upstream.on("error", () => client.resetAndDestroy());
-      const recorded = new ProxiedSocket((socket) => this.earlyWritten(socket));
-      this.sockets.push(recorded);
-      this.open.push(client, upstream);
-      client.on("data", (data: Buffer) => {
-        recorded.fromClient(data);
-        upstream.write(data);
-      });
-      upstream.on("data", (data: Buffer) => {
-        recorded.fromServer(data);
+      if (client.destroyed) return;
+      const server = (upstream = connect(this.upstreamPort, "127.0.0.1"));
+      const socket = (recorded = new ProxiedSocket((s) => this.earlyWritten(s)));
+      this.sockets.push(socket);
+      this.open.push(client, server);
+      server.on("error", () => client.destroy());
+      server.on("data", (data: Buffer) => {
+        socket.fromServer(data);
         client.write(data);
       });
       // end(), not destroy(): what was written (the server's close frame) is still delivered.
-      client.on("close", () => upstream.end());
-      upstream.on("close", () => client.end());
-      client.resume();
+      client.on("close", () => server.end());
+      server.on("close", () => client.end());
+      for (const data of early.splice(0)) {
+        socket.fromClient(data);
+        server.write(data);
+      }
     };
+    client.on("close", () => {
+      if (upstream === null) this.held.splice(this.held.indexOf(go) >>> 0, 1);
+    });
     if (this.holding) this.held.push(go);
     else go();
   }
