@@ -19,6 +19,7 @@ from .cursor import CursorStore
 from .errors import ConnectionLost, QimError
 from .handshake import SessionHandshake, code_of
 from .messaging import ConversationRequests, new_client_msg_id
+from .pipeline import RequestPipelining
 from .pushes import PushCallback, PushCallbacks, PushQueue
 from .registry import RegistryAccess, RegistrySync, TypeRegistry
 from .reconnect import ReconnectHook, ReconnectLoop
@@ -34,7 +35,8 @@ _ABANDONED_MEMORY = 1024
 
 
 class QimClient(
-    SessionHandshake, ReconnectLoop, ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess, CallRequests
+    SessionHandshake, ReconnectLoop, RequestPipelining, ConversationRequests, MailboxAccess, RoomRequests, RegistryAccess,
+    CallRequests,
 ):
     """An asyncio client for the QIM WebSocket protocol (`/ws/v1`, protocol.md §4).
 
@@ -108,6 +110,8 @@ class QimClient(
         self._cursor = 0
         self.reconnects = 0
         self.invalid_frames = 0
+        # Requests written behind AUTH before its AUTH_OK came (a reconnect's catch-up).
+        self.pipelined_requests = 0
         # Awaited in order after each successful reconnect, e.g. to SYNC from `cursor`.
         self.on_reconnect: list[ReconnectHook] = []
         self._pushes = PushQueue(max_queued_pushes)
@@ -137,7 +141,7 @@ class QimClient(
         self._finished.clear()
         self.last_error = None
         try:
-            ws, auth_ok = await self._open_and_authenticate()
+            ws, auth_ok, _ = await self._open_and_authenticate()
         except BaseException:
             self._finished.set()
             raise
@@ -234,21 +238,33 @@ class QimClient(
 
     async def request_frame(self, frame: Frame, *, timeout: float | None = None) -> Frame:
         """Like `request()` for a prepared frame dict; `timeout` overrides `request_timeout`."""
+        frame, reply = self._register(frame)
+        try:
+            ws = self._require_socket()
+            await ws.send(encode_frame(frame))
+        except BaseException as error:
+            self._forget(frame["req_id"], reply)
+            if isinstance(error, ConnectionClosed):
+                self._note_closed(ws)
+                raise ConnectionLost("connection closed while sending", code_of(error)) from None
+            raise
+        return await self._await_reply(frame, reply, timeout)
+
+    def _register(self, frame: Frame) -> tuple[Frame, asyncio.Future[Frame]]:
+        """A copy of `frame` with its `req_id`, and the future its reply will resolve."""
         frame = dict(frame)
         req_id = frame.setdefault("req_id", f"r{next(self._req_ids)}")
         if not isinstance(req_id, str):
             raise TypeError("req_id must be a string (§4)")
         if req_id in self._pending:
             raise ValueError(f"req_id {req_id!r} is already awaiting a reply")
-        ws = self._require_socket()
         reply: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._pending[req_id] = reply
+        return frame, reply
+
+    async def _await_reply(self, frame: Frame, reply: asyncio.Future[Frame], timeout: float | None) -> Frame:
+        req_id = frame["req_id"]
         try:
-            try:
-                await ws.send(encode_frame(frame))
-            except ConnectionClosed as closed:
-                self._note_closed(ws)
-                raise ConnectionLost("connection closed while sending", code_of(closed)) from None
             wait = self.request_timeout if timeout is None else timeout
             try:
                 async with asyncio.timeout(wait):
@@ -257,11 +273,7 @@ class QimClient(
                 self._abandoned.append(req_id)
                 raise TimeoutError(f"no reply to {frame.get('type')} {req_id} within {wait} s") from None
         finally:
-            self._pending.pop(req_id, None)
-            if reply.done() and not reply.cancelled():
-                # Failed by a lost connection while the send was still raising: that error is
-                # the one the caller gets; this one is seen, so asyncio does not log it.
-                reply.exception()
+            self._forget(req_id, reply)
         if answer.get("type") == "ERROR":
             raise QimError.from_frame(answer)
         return answer

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from .codec import Frame, decode_frame, encode_frame
-from .errors import AuthError
+from .errors import AuthError, ConnectionLost
+
+if TYPE_CHECKING:
+    from .pipeline import SentRequest
 
 logger = logging.getLogger("qimclient")
 
@@ -50,8 +54,16 @@ class SessionHandshake:
 
         def _record_close(self, ws: ClientConnection) -> None: ...
         def _note_invalid(self, message: str | bytes) -> None: ...
+        def _fail_pending(self, error: ConnectionLost) -> None: ...
+        async def _write_pipelined(self, ws: ClientConnection, frames: list[Frame]) -> list[SentRequest]: ...
 
-    async def _open_and_authenticate(self) -> tuple[ClientConnection, Frame]:
+    async def _open_and_authenticate(
+        self, pipelined: Callable[[], list[Frame]] | None = None
+    ) -> tuple[ClientConnection, Frame, list[SentRequest]]:
+        """Open, AUTH, and return the socket with its AUTH_OK. `pipelined` (a reconnect's
+        catch-up) gives requests written right behind AUTH, before AUTH_OK (§3: the server
+        handles them after AUTH, in order); their replies are read once the reader runs. If
+        AUTH fails they fail with ConnectionLost, as requests do when a socket drops."""
         ws = await connect(
             self.ws_url,
             origin=self.origin,  # type: ignore[arg-type]  # websockets' Origin is a NewType of str
@@ -66,16 +78,18 @@ class SessionHandshake:
                 "client_version": self.client_version,
             }
             await ws.send(encode_frame(auth))
+            sent = await self._write_pipelined(ws, pipelined()) if pipelined is not None else []
             try:
                 async with asyncio.timeout(self.request_timeout):
                     auth_ok = await self._await_auth_reply(ws)
             except TimeoutError:
                 raise TimeoutError(f"no AUTH_OK within {self.request_timeout} s") from None
-        except BaseException:
+        except BaseException as error:
             await ws.close()
             self._record_close(ws)
+            self._fail_pending(ConnectionLost(f"AUTH did not succeed: {error}", self.close_code))
             raise
-        return ws, auth_ok
+        return ws, auth_ok, sent
 
     async def _await_auth_reply(self, ws: ClientConnection) -> Frame:
         while True:

@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,6 +17,7 @@ from .pushes import PushQueue
 
 if TYPE_CHECKING:
     from .backoff import Backoff
+    from .pipeline import SentRequest
 
 logger = logging.getLogger("qimclient")
 
@@ -139,30 +140,43 @@ class RoomSync:
             fields["after_room_seq"] = state.last_room_seq
         return fields
 
-    async def rejoin_all(self) -> None:
+    async def rejoin_all(self, sent: Mapping[str, SentRequest] | None = None) -> None:
         """After a reconnect: ROOM_JOIN every tracked room with `after_room_seq` = the last
-        room_seq handed on, so the answer replays what was missed (or says it cannot)."""
-        for room_id in list(self.rooms):
-            state = self.rooms.get(room_id)
-            for attempt in range(REJOIN_ATTEMPTS):
-                if state is None or self.rooms.get(room_id) is not state:
-                    break  # left meanwhile
-                try:
+        room_seq handed on, so the answer replays what was missed (or says it cannot). All
+        rooms at once, each with its own retries; `sent` holds joins already written behind
+        AUTH (the reconnect's catch-up), whose replies stand for each room's first attempt."""
+        sent = dict(sent or {})
+        rejoins = [self._rejoin(room_id, state, sent.pop(room_id, None)) for room_id, state in list(self.rooms.items())]
+        for request in sent.values():  # rooms left since
+            request.discard()
+        await asyncio.gather(*rejoins)
+
+    async def _rejoin(self, room_id: str, state: RoomState, sent: SentRequest | None) -> None:
+        for attempt in range(REJOIN_ATTEMPTS):
+            if self.rooms.get(room_id) is not state:
+                if sent is not None:
+                    sent.discard()
+                return  # left meanwhile
+            try:
+                if sent is not None:
+                    request, sent = sent, None
+                    await request.reply()
+                else:
                     await self.session.request("ROOM_JOIN", **self.join_fields(state))
-                    break
-                except ConnectionLost:
-                    return  # the next reconnect rejoins
-                except QimError as error:
-                    if error.code == "rate_limited" and attempt + 1 < REJOIN_ATTEMPTS:
-                        await asyncio.sleep((error.retry_after_ms or 0) / 1000)
-                        continue
-                    self._give_up(room_id, error.code, error.message)
-                    break
-                except TimeoutError:
-                    if attempt + 1 == REJOIN_ATTEMPTS:
-                        self._give_up(room_id, "timeout", "no answer to ROOM_JOIN")
-                    elif self.backoff is not None:
-                        await asyncio.sleep(self.backoff.delay(attempt))
+                return
+            except ConnectionLost:
+                return  # the next reconnect rejoins
+            except QimError as error:
+                if error.code == "rate_limited" and attempt + 1 < REJOIN_ATTEMPTS:
+                    await asyncio.sleep((error.retry_after_ms or 0) / 1000)
+                    continue
+                self._give_up(room_id, error.code, error.message)
+                return
+            except TimeoutError:
+                if attempt + 1 == REJOIN_ATTEMPTS:
+                    self._give_up(room_id, "timeout", "no answer to ROOM_JOIN")
+                elif self.backoff is not None:
+                    await asyncio.sleep(self.backoff.delay(attempt))
 
     def _give_up(self, room_id: str, reason: str, message: str) -> None:
         logger.warning("could not rejoin room %s: %s %s", room_id, reason, message)

@@ -14,6 +14,9 @@ from .codec import Frame
 from .cursor import CursorStore, MemoryCursorStore
 from .errors import ConnectionLost, QimError
 
+if TYPE_CHECKING:
+    from .pipeline import SentRequest
+
 logger = logging.getLogger("qimclient")
 
 MailboxEvent = dict[str, Any]
@@ -83,6 +86,9 @@ class MailboxSync:
         # `requested`, so that catch-up cannot count for the reconnect that follows.
         self._sync_requested = 0
         self._sync_satisfied = 0
+        # A SYNC the reconnect wrote behind AUTH, and `_sync_requested` when it was written:
+        # the next catch-up takes its reply as its first page unless more was asked since.
+        self._presented: tuple[SentRequest, int] | None = None
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -111,6 +117,26 @@ class MailboxSync:
         self._sync_requested += 1
         self._idle.clear()
         self._wake.set()
+
+    def catch_up_fields(self) -> dict[str, Any] | None:
+        """The first SYNC of the catch-up owed (a reconnect writes it behind AUTH), or None."""
+        if self._sync_requested <= self._sync_satisfied:
+            return None
+        fields: dict[str, Any] = {"after_mailbox_seq": self.cursor}
+        if self.page_size is not None:
+            fields["limit"] = self.page_size
+        return fields
+
+    def present(self, request: SentRequest) -> None:
+        """The SYNC from `catch_up_fields`, already written; the pump takes its reply."""
+        self._discard_presented()
+        self._presented = (request, self._sync_requested)
+        self._wake.set()
+
+    def _discard_presented(self) -> None:
+        presented, self._presented = self._presented, None
+        if presented is not None:
+            presented[0].discard()
 
     def offer(self, event: Any) -> None:
         """A live EVENT's event object, from the reader; never blocks, never raises."""
@@ -231,10 +257,7 @@ class MailboxSync:
         owed = self._sync_requested
         await self.session.wait_connected(timeout=None)
         while True:
-            fields: dict[str, Any] = {"after_mailbox_seq": self.cursor}
-            if self.page_size is not None:
-                fields["limit"] = self.page_size
-            batch = await self.session.request("SYNC", **fields)
+            batch = await self._next_page()
             before = self.cursor
             if batch.get("history_truncated"):
                 self.history_truncations += 1
@@ -256,6 +279,20 @@ class MailboxSync:
                 break
         self._sync_satisfied = max(self._sync_satisfied, owed)
         self.catch_ups += 1
+
+    async def _next_page(self) -> Frame:
+        """SYNC from the cursor; the reconnect's SYNC when it was asked for this very catch-up
+        (a page from behind the cursor is still right: `_catch_up` hands on only what is past it)."""
+        presented, self._presented = self._presented, None
+        if presented is not None:
+            request, owed = presented
+            if owed == self._sync_requested:
+                return await request.reply()
+            request.discard()
+        fields: dict[str, Any] = {"after_mailbox_seq": self.cursor}
+        if self.page_size is not None:
+            fields["limit"] = self.page_size
+        return await self.session.request("SYNC", **fields)
 
     def _ordered(self, events: Any) -> list[MailboxEvent]:
         valid = []

@@ -44,6 +44,13 @@ def spy_frames(client: QimClient, frame_type: str) -> list[dict]:
         return await real(frame, timeout=timeout)
 
     client.request_frame = recording  # type: ignore[method-assign]
+    real_pipelined = client._write_pipelined
+
+    async def recording_pipelined(ws: Any, frames: list[dict]) -> Any:  # a reconnect's catch-up
+        sent.extend({k: v for k, v in f.items() if k != "req_id"} for f in frames if f.get("type") == frame_type)
+        return await real_pipelined(ws, frames)
+
+    client._write_pipelined = recording_pipelined  # type: ignore[method-assign]
     return sent
 
 

@@ -32,9 +32,9 @@ class FailoverClient(QimClient):
         self.ws_urls = list(ws_urls)
         self.node_changes = 0
 
-    async def _open_and_authenticate(self):  # type: ignore[no-untyped-def]
+    async def _open_and_authenticate(self, *args: Any):  # type: ignore[no-untyped-def]
         try:
-            return await super()._open_and_authenticate()
+            return await super()._open_and_authenticate(*args)
         except AuthError:
             raise
         except Exception:

@@ -53,7 +53,16 @@ export interface ConnectionEvents {
   error: Error;
 }
 
-type ReconnectHook = () => Promise<void>;
+/** A request a reconnect wrote behind AUTH, and its reply (rejecting as `request()` does). */
+export interface SentRequest {
+  frame: Frame;
+  reply: Promise<Frame>;
+}
+
+/** Runs after a reconnect with the replies to the requests its catch-up wrote behind AUTH. */
+type ReconnectHook = (sent: SentRequest[]) => Promise<void>;
+/** The requests (type and fields, no req_id) a reconnect writes behind AUTH for one hook. */
+type CatchUp = () => Frame[];
 
 interface Pending {
   resolve: (frame: Frame) => void;
@@ -72,6 +81,8 @@ export class QimConnection extends Emitter<ConnectionEvents> {
   lastError: Error | undefined;
   reconnects = 0;
   invalidFrames = 0;
+  /** Requests written behind AUTH before its AUTH_OK came (reconnects' catch-ups). */
+  pipelinedRequests = 0;
   private readonly WS: WebSocketConstructor;
   private ws: WebSocketLike | null = null;
   private connectedNow = false;
@@ -80,7 +91,7 @@ export class QimConnection extends Emitter<ConnectionEvents> {
   private nextReqId = 1;
   private readonly pending = new Map<string, Pending>();
   private readonly abandoned: string[] = [];
-  private readonly hooks: ReconnectHook[] = [];
+  private readonly hooks: Array<{ hook: ReconnectHook; catchUp?: CatchUp }> = [];
   private cancelSleep: (() => void) | null = null;
 
   constructor(options: ConnectionOptions) {
@@ -114,9 +125,13 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     return this.authOk?.user_id;
   }
 
-  /** Runs after every reconnect, in registration order, before `connected` is emitted. */
-  addReconnectHook(hook: ReconnectHook): void {
-    this.hooks.push(hook);
+  /**
+   * Runs after every reconnect, in registration order, before `connected` is emitted. The
+   * frames `catchUp` gives (built when the socket opens) are written right behind AUTH, and
+   * the hook gets their replies: a reconnect's catch-up costs one round trip, not one each.
+   */
+  addReconnectHook(hook: ReconnectHook, catchUp?: CatchUp): void {
+    this.hooks.push({ hook, catchUp });
   }
 
   /** Opens, AUTHs, returns AUTH_OK. The first connect never retries: it rejects instead. */
@@ -125,8 +140,8 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     this.closing = false;
     this.finished = false;
     this.lastError = undefined;
-    const { ws, authOk } = await this.openAndAuthenticate();
-    this.install(ws, authOk);
+    const { ws, authOk, backlog } = await this.openAndAuthenticate();
+    this.install(ws, authOk, backlog);
     this.emit("connected", { authOk, reconnect: false });
     return authOk;
   }
@@ -173,6 +188,10 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     } catch (error) {
       return Promise.reject(error);
     }
+    return this.requestOn<T>(ws, type, fields, timeoutMs);
+  }
+
+  private requestOn<T extends Frame = Frame>(ws: WebSocketLike, type: string, fields: object, timeoutMs?: number): Promise<T> {
     const reqId = `r${this.nextReqId++}`;
     const frame = { ...fields, type, req_id: reqId };
     const wait = timeoutMs ?? this.options.requestTimeoutMs;
@@ -213,21 +232,36 @@ export class QimConnection extends Emitter<ConnectionEvents> {
 
   // Internals: handshake
 
-  private async openAndAuthenticate(): Promise<Session> {
+  private async openAndAuthenticate(behindAuth?: (ws: WebSocketLike) => void): Promise<Session> {
     try {
-      return await openSession(this.WS, this.options);
+      return await openSession(this.WS, this.options, behindAuth);
     } catch (error) {
       if (error instanceof AuthError || error instanceof ConnectionLost) this.closeCode = error.closeCode;
+      // Requests written behind a refused (or unanswered) AUTH fail as on a lost connection.
+      this.failPending(new ConnectionLost(`AUTH did not succeed: ${String(error)}`, this.closeCode));
       throw error;
     }
   }
 
-  private install(ws: WebSocketLike, authOk: AuthOk): void {
+  /** Each hook's catch-up requests, written on `ws` behind AUTH; their replies, per hook. */
+  private writeCatchUps(ws: WebSocketLike): SentRequest[][] {
+    return this.hooks.map(({ catchUp }) =>
+      (catchUp?.() ?? []).map(({ type, ...fields }) => {
+        const reply = this.requestOn(ws, String(type), fields);
+        reply.catch(() => undefined); // awaited by the hook, or failed with the attempt
+        this.pipelinedRequests += 1;
+        return { frame: { type: String(type), ...fields }, reply };
+      }),
+    );
+  }
+
+  private install(ws: WebSocketLike, authOk: AuthOk, backlog: string[]): void {
     this.ws = ws;
     this.authOk = authOk;
     this.connectedNow = true;
     ws.onmessage = (event: { data: unknown }) => this.dispatch(messageText(event.data));
     ws.onclose = (event: { code: number; reason: string }) => void this.handleClose(ws, event);
+    for (const text of backlog.splice(0)) this.dispatch(text);
   }
 
   // Internals: reading
@@ -281,14 +315,18 @@ export class QimConnection extends Emitter<ConnectionEvents> {
       this.cancelSleep = null;
       if (this.closing) return;
       try {
-        const { ws, authOk } = await this.openAndAuthenticate();
+        let sent: SentRequest[][] = [];
+        const { ws, authOk, backlog } = await this.openAndAuthenticate((socket) => {
+          sent = this.writeCatchUps(socket);
+        });
         if (this.closing) {
           ws.close();
+          this.failPending(new ConnectionLost("client closed the connection", 1000));
           return;
         }
-        this.install(ws, authOk);
+        this.install(ws, authOk, backlog);
         this.reconnects += 1;
-        await this.runHooks();
+        await this.runHooks(sent);
         this.emit("connected", { authOk, reconnect: true });
         return;
       } catch (error) {
@@ -302,10 +340,10 @@ export class QimConnection extends Emitter<ConnectionEvents> {
     }
   }
 
-  private async runHooks(): Promise<void> {
-    for (const hook of this.hooks) {
+  private async runHooks(sent: SentRequest[][]): Promise<void> {
+    for (const [index, { hook }] of this.hooks.entries()) {
       try {
-        await hook();
+        await hook(sent[index] ?? []);
       } catch (error) {
         this.emit("error", error instanceof Error ? error : new Error(String(error)));
       }

@@ -41,6 +41,9 @@ export type WebSocketConstructor = new (url: string) => WebSocketLike;
 export interface Session {
   ws: WebSocketLike;
   authOk: AuthOk;
+  /** Frames that came right behind AUTH_OK, before the caller took the socket over (replies
+   * to requests written behind AUTH can share AUTH_OK's read): dispatch them first. */
+  backlog: string[];
 }
 
 export interface HandshakeOptions {
@@ -63,8 +66,14 @@ export function messageText(data: unknown): string {
 /**
  * Opens a socket and AUTHs. Rejects with AuthError (refused: 4401; or closed 4408), with
  * ConnectionLost (the socket closed otherwise), or RequestTimeout (no AUTH_OK in time).
+ * `behindAuth` writes requests in the same turn as AUTH, before AUTH_OK (§3: the server
+ * handles a socket's frames in order, AUTH first): a reconnect's catch-up in one round trip.
  */
-export function openSession(WS: WebSocketConstructor, options: HandshakeOptions): Promise<Session> {
+export function openSession(
+  WS: WebSocketConstructor,
+  options: HandshakeOptions,
+  behindAuth?: (ws: WebSocketLike) => void,
+): Promise<Session> {
   const { url, token, deviceId, clientVersion, requestTimeoutMs } = options;
   return new Promise((resolve, reject) => {
     let ws: WebSocketLike;
@@ -76,11 +85,12 @@ export function openSession(WS: WebSocketConstructor, options: HandshakeOptions)
     }
     let refusal: ErrorFrame | null = null;
     let settled = false;
+    const backlog: string[] = [];
     const settle = (error: Error | null, authOk?: AuthOk) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      if (error === null) resolve({ ws, authOk: authOk as AuthOk });
+      if (error === null) resolve({ ws, authOk: authOk as AuthOk, backlog });
       else reject(error);
     };
     const timer = setTimeout(() => {
@@ -92,9 +102,21 @@ export function openSession(WS: WebSocketConstructor, options: HandshakeOptions)
       const auth: Frame = { type: "AUTH", token, device_id: deviceId };
       if (clientVersion !== undefined) auth.client_version = clientVersion;
       ws.send(encodeFrame(auth));
+      try {
+        behindAuth?.(ws);
+      } catch (error) {
+        settle(error instanceof Error ? error : new Error(String(error)));
+        ws.onclose = null;
+        ws.close();
+      }
     };
     ws.onmessage = (event: { data: unknown }) => {
-      const frame = decodeFrame(messageText(event.data));
+      const text = messageText(event.data);
+      if (settled) {
+        backlog.push(text);
+        return;
+      }
+      const frame = decodeFrame(text);
       if (frame?.type === "AUTH_OK") settle(null, frame as AuthOk);
       else if (frame?.type === "ERROR") refusal = frame as ErrorFrame; // the 4401 close follows
     };

@@ -4,7 +4,7 @@
  * end to end. Each room's events come out once each, ascending by `room_seq`.
  */
 import { toRoomSeq } from "./codec.js";
-import type { QimConnection } from "./connection.js";
+import type { QimConnection, SentRequest } from "./connection.js";
 import { Emitter } from "./emitter.js";
 import { newClientMsgId } from "./ids.js";
 import { type RetryOptions, withRateLimitRetry } from "./retry.js";
@@ -44,7 +44,7 @@ export class Rooms extends Emitter<RoomEvents> {
     connection.on("inbound", (frame: Frame) => {
       if (frame.type === "ROOM_BATCH") this.accept(frame as RoomBatch);
     });
-    connection.addReconnectHook(() => this.rejoinAll());
+    connection.addReconnectHook((sent) => this.rejoinAll(sent), () => this.rejoinFrames());
     connection.on("connected", ({ reconnect }) => {
       // connect() again after close(): back into the rooms it was in.
       if (!reconnect && this.joined.size > 0) void this.rejoinAll().catch((error) => connection.emit("error", error));
@@ -82,17 +82,28 @@ export class Rooms extends Emitter<RoomEvents> {
     return this.send(roomId, "text", { text }, options);
   }
 
-  /** After a reconnect: back into every room, replaying from each one's last position. */
-  async rejoinAll(): Promise<void> {
-    for (const state of [...this.joined.values()]) {
-      await this.joinAt(state.room_id, state.last_room_seq);
-    }
+  /**
+   * After a reconnect: back into every room at once, replaying from each one's last position.
+   * `sent` holds the ROOM_JOINs the reconnect already wrote behind AUTH (`rejoinFrames`): their
+   * replies stand for those rooms' joins. Every room is tried; the first failure is thrown.
+   */
+  async rejoinAll(sent: SentRequest[] = []): Promise<void> {
+    const written = new Map(sent.map(({ frame, reply }) => [String(frame.room_id), reply as Promise<RoomBatch>]));
+    const rooms = [...this.joined.values()];
+    const results = await Promise.allSettled(
+      rooms.map((state) => this.joinAt(state.room_id, state.last_room_seq, written.get(state.room_id))),
+    );
+    const failed = results.find((result): result is PromiseRejectedResult => result.status === "rejected");
+    if (failed !== undefined) throw failed.reason;
   }
 
-  private async joinAt(roomId: string, after: bigint | null): Promise<RoomBatch> {
-    const fields: Record<string, unknown> = { room_id: roomId };
-    if (after !== null) fields.after_room_seq = after;
-    const reply = await this.connection.request<RoomBatch>("ROOM_JOIN", fields);
+  /** The ROOM_JOIN of every room, from its last position: a reconnect writes them behind AUTH. */
+  rejoinFrames(): Frame[] {
+    return [...this.joined.values()].map((state) => ({ type: "ROOM_JOIN", ...joinFields(state.room_id, state.last_room_seq) }));
+  }
+
+  private async joinAt(roomId: string, after: bigint | null, written?: Promise<RoomBatch>): Promise<RoomBatch> {
+    const reply = await (written ?? this.connection.request<RoomBatch>("ROOM_JOIN", joinFields(roomId, after)));
     let page = reply;
     while (page.has_more && page.events.length > 0) {
       const last = page.events[page.events.length - 1].room_seq;
@@ -134,4 +145,10 @@ export class Rooms extends Emitter<RoomEvents> {
       this.emit("event", { room_id: batch.room_id, event });
     }
   }
+}
+
+function joinFields(roomId: string, after: bigint | null): Record<string, unknown> {
+  const fields: Record<string, unknown> = { room_id: roomId };
+  if (after !== null) fields.after_room_seq = after;
+  return fields;
 }

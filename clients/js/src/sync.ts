@@ -68,28 +68,36 @@ export class MailboxSync extends Emitter<MailboxEvents> {
     connection.on("connected", ({ reconnect }) => {
       if (!reconnect) void this.syncNow().catch((error) => connection.emit("error", error));
     });
-    connection.addReconnectHook(() => this.syncNow());
+    connection.addReconnectHook(
+      (sent) => this.syncNow(sent[0]?.reply as Promise<SyncBatch> | undefined),
+      () => (this.syncing === null ? [{ type: "SYNC", ...this.syncFields() }] : []),
+    );
   }
 
-  /** SYNC until `has_more` is false; concurrent calls share one run (and repeat it once). */
-  syncNow(): Promise<void> {
+  /**
+   * SYNC until `has_more` is false; concurrent calls share one run (and repeat it once).
+   * `firstPage`: the reply to a SYNC from the cursor already written (a reconnect's, behind
+   * AUTH); a page from behind the cursor is still right, as only what is past it goes out.
+   */
+  syncNow(firstPage?: Promise<SyncBatch>): Promise<void> {
     if (this.syncing !== null) {
       this.again = true;
       return this.syncing;
     }
-    this.syncing = this.run().finally(() => {
+    this.syncing = this.run(firstPage).finally(() => {
       this.syncing = null;
     });
     return this.syncing;
   }
 
-  private async run(): Promise<void> {
+  private async run(firstPage?: Promise<SyncBatch>): Promise<void> {
     let delivered = 0;
     let passes = 0;
     do {
       this.again = false;
       passes += 1;
-      delivered += await this.syncPages();
+      delivered += await this.syncPages(firstPage);
+      firstPage = undefined;
       const held = this.held.sort((a, b) => a.mailbox_seq - b.mailbox_seq);
       this.held = [];
       for (const event of held) {
@@ -107,19 +115,21 @@ export class MailboxSync extends Emitter<MailboxEvents> {
   }
 
   /** SYNC pages from the cursor until `has_more` is false; answers how many events went out. */
-  private async syncPages(): Promise<number> {
+  private async syncPages(firstPage?: Promise<SyncBatch>): Promise<number> {
     let delivered = 0;
     for (;;) {
-      const batch = await this.connection.request<SyncBatch>("SYNC", {
-        after_mailbox_seq: this.cursor,
-        limit: this.pageSize,
-      });
+      const batch = await (firstPage ?? this.connection.request<SyncBatch>("SYNC", this.syncFields()));
+      firstPage = undefined;
       if (batch.history_truncated === true) this.emit("historyTruncated", { after: this.cursor });
       for (const event of batch.events) if (this.deliver(event)) delivered += 1;
       // Entries of this device are skipped by the server but still move the cursor.
       this.advance(batch.next_mailbox_seq);
       if (!batch.has_more) return delivered;
     }
+  }
+
+  private syncFields(): { after_mailbox_seq: number; limit: number } {
+    return { after_mailbox_seq: this.cursor, limit: this.pageSize };
   }
 
   /** An EVENT push: the next one is delivered, a duplicate dropped, a gap triggers SYNC. */
