@@ -53,6 +53,14 @@ async def room_texts(client: QimClient, room: str, count: int) -> list[tuple[int
     return [(item["room_seq"], item["event"]["payload"]["text"]) for item in items]
 
 
+async def assert_nothing_more(client: QimClient) -> None:
+    """No room event and no mailbox event beyond those already taken: none handed on twice."""
+    with pytest.raises(TimeoutError):
+        await client.next_room_event(timeout=QUIET)
+    with pytest.raises(TimeoutError):
+        await client.next_event(timeout=QUIET)
+
+
 async def in_rooms_and_group(acme: TenantHandle, proxy: FrameProxy) -> tuple[QimClient, QimClient, list[str], str]:
     """alice (direct) and bob (through the proxy, syncing) in ROOMS rooms and one group, each
     having seen one event everywhere."""
@@ -99,10 +107,7 @@ async def test_a_reconnect_pipelines_its_catch_up_and_hands_on_every_missed_even
     assert b.pipelined_requests == ROOMS + 1 and b.reconnects == 1
     assert all(b.room_state(room).last_room_seq == missed[room][-1] for room in rooms)  # type: ignore[union-attr]
     assert positions.keys() == set(rooms)
-    with pytest.raises(TimeoutError):
-        await b.next_room_event(timeout=QUIET)
-    with pytest.raises(TimeoutError):
-        await b.next_event(timeout=QUIET)
+    await assert_nothing_more(b)
 
 
 async def test_a_drop_right_after_the_pipelined_write_is_caught_up_by_the_next_reconnect(
@@ -121,10 +126,7 @@ async def test_a_drop_right_after_the_pipelined_write_is_caught_up_by_the_next_r
     assert texts(b.drain_events()) == ["group missed"]
     assert len(proxy.sockets) == 3 and b.reconnects >= 1
     assert proxy.sockets[2].early == ["AUTH", *["ROOM_JOIN"] * ROOMS, "SYNC"], proxy.sockets[2].early
-    with pytest.raises(TimeoutError):
-        await b.next_room_event(timeout=QUIET)
-    with pytest.raises(TimeoutError):
-        await b.next_event(timeout=QUIET)
+    await assert_nothing_more(b)
 
 
 async def test_a_refused_auth_fails_the_pipelined_requests_and_ends_the_client(
