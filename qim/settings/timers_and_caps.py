@@ -105,8 +105,8 @@ QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=25.0)
 # "pong", any other "tcp". "pong": an unsolicited Pong (RFC 6455 §5.5.3, a unidirectional
 # heartbeat every client library ignores), pre-framed and written straight to the socket, no
 # reply expected: WebSocket data, which is what an HTTP proxy's idle timer counts. "tcp": the
-# kernel's TCP keepalive (first probe after 80-100 % of the interval of silence, then 6 probes
-# over QIM_WS_USER_TIMEOUT_S, heartbeat.kernel_schedule), which keeps NATs and L4
+# kernel's TCP keepalive (first probe after 80-100 % of the interval of silence, 6 probes in all
+# within QIM_WS_USER_TIMEOUT_S of it, heartbeat.kernel_schedule), which keeps NATs and L4
 # balancers open and finds dead peers without waking the node or the client's process: about
 # a third of the node's idle CPU of "pong" at 18 000 sockets on loopback. In both, a dead peer
 # is found by the kernel (TCP_USER_TIMEOUT below). "ping": daphne's ping, the socket closed
