@@ -34,9 +34,10 @@ from qim.actions.mailbox import (
     EntrySpec,
     badge_statements,
     badge_update_statements,
+    bumped_users,
     entries_statement,
-    pushable_badges_statements,
     id_chunks,
+    pushable_badges_statements,
     read_badge_rows,
 )
 from qim.db_statements import Statement, run_together
@@ -82,9 +83,10 @@ def write_in_one_trip(
             for chunk in chunks
         ]
 
-    bumped_ids = sum(1 for by in (increments or {}).values() if by > 0)
-    updates = badge_update_statements(increments, now_ms) if increments is not None else []
-    pushable = pushable_badges_statements(increments) if increments is not None else []
+    # The bumped users, in lock order, chunked once for the UPDATEs and the devices' read.
+    bumped_chunks = list(id_chunks(bumped_users(increments))) if increments is not None else []
+    updates = badge_update_statements(increments, bumped_chunks, now_ms) if increments is not None else []
+    pushable = pushable_badges_statements(bumped_chunks)
     _, inserted, *results = run_together([
         _conversation_update(conversation, update_fields), _insert_records(records), (f"SAVEPOINT {_SAVEPOINT}", []),
         *FORCE_INDEX_SCANS, *entries(existing_only=True), *updates, *UNFORCE_INDEX_SCANS, *pushable,
@@ -99,7 +101,7 @@ def write_in_one_trip(
         for user_pk, badge, device_pk, device_id in rows:
             bumped[0][user_pk] = badge
             bumped[1].append((device_pk, user_pk, device_id))
-    if sum(map(len, heads)) < len(set(recipients)) or sum(rows[0][0] for rows in counts) < bumped_ids:
+    if sum(map(len, heads)) < len(set(recipients)) or sum(rows[0][0] for rows in counts) < sum(map(len, bumped_chunks)):
         # Some rows do not exist yet: undo this try (its row locks go with it) and upsert.
         upserts = badge_statements(increments, now_ms) if increments is not None else []
         _, *results = run_together([(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}", []), *entries(existing_only=False), *upserts])

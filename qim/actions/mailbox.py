@@ -27,6 +27,11 @@ def id_chunks(items: Sequence[int]) -> Iterable[Sequence[int]]:
         yield items[start : start + _CHUNK]
 
 
+def bumped_users(increments: dict[int, int]) -> list[int]:
+    """The users whose badge goes up, in user order: the order their rows are locked in."""
+    return sorted(pk for pk, by in increments.items() if by > 0)
+
+
 def _pg_int_array(values: Iterable[int]) -> str:
     """A PostgreSQL array literal of integers, bound as one text parameter and cast in SQL
     (`%s::bigint[]`): psycopg dumps a Python list element by element in Python, 1-2 ms for
@@ -231,7 +236,7 @@ def bump_badges_finding_devices(
     those of the users with such a device at least (on PostgreSQL only theirs)."""
     if connection.vendor != "postgresql":
         badges = bump_badges(increments, now_ms)
-        return badges, push_capable_devices([pk for pk, by in increments.items() if by > 0])
+        return badges, push_capable_devices(bumped_users(increments))
     return _bump(increments, now_ms, with_devices=True)
 
 
@@ -239,7 +244,7 @@ def _bump(increments: dict[int, int], now_ms: int, *, with_devices: bool) -> tup
     badges: dict[int, int] = {}
     devices: list[tuple[int, int, str]] = []
     with connection.cursor() as cursor:
-        for chunk in id_chunks(sorted(pk for pk, by in increments.items() if by > 0)):
+        for chunk in id_chunks(bumped_users(increments)):
             cursor.execute(*_badges_statement(chunk, increments, now_ms, with_devices=with_devices))
             read_badge_rows(cursor.fetchall(), badges, devices)
     return badges, devices
@@ -248,7 +253,7 @@ def _bump(increments: dict[int, int], now_ms: int, *, with_devices: bool) -> tup
 def badge_statements(increments: dict[int, int], now_ms: int) -> list[tuple[str, list]]:
     """PostgreSQL: bump_badges_finding_devices as statements to run (one per chunk, in user
     order); give each one's rows to read_badge_rows."""
-    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    chunks = id_chunks(bumped_users(increments))
     return [_badges_statement(chunk, increments, now_ms, with_devices=True) for chunk in chunks]
 
 
@@ -283,12 +288,14 @@ def _badges_statement(
     return sql, params
 
 
-def badge_update_statements(increments: dict[int, int], now_ms: int) -> list[tuple[str, list]]:
-    """PostgreSQL: the badges' bump as plain UPDATEs of the rows that exist, in user order
-    under FORCE_INDEX_SCANS (qim/actions/log_postgresql.py); each answers one row, how many
-    badge rows it updated, so the caller can tell whether every row existed. The push-capable
-    devices and their users' new badges are read by pushable_badges_statements after it."""
-    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+def badge_update_statements(
+    increments: dict[int, int], chunks: list[Sequence[int]], now_ms: int
+) -> list[tuple[str, list]]:
+    """PostgreSQL: the badges' bump as plain UPDATEs of the rows that exist, one per chunk of
+    bumped_users, in user order under FORCE_INDEX_SCANS (qim/actions/log_postgresql.py); each
+    answers one row, how many badge rows it updated, so the caller can tell whether every row
+    existed. The push-capable devices and their users' new badges are read by
+    pushable_badges_statements after it."""
     return [_badges_update_statement(chunk, increments, now_ms) for chunk in chunks]
 
 
@@ -309,12 +316,11 @@ def _badges_update_statement(chunk: Sequence[int], increments: dict[int, int], n
     return sql, [common, differences, _pg_int_array(odd), now_ms, _pg_ids_text(tuple(chunk))]
 
 
-def pushable_badges_statements(increments: dict[int, int]) -> list[tuple[str, list]]:
+def pushable_badges_statements(chunks: list[Sequence[int]]) -> list[tuple[str, list]]:
     """PostgreSQL: (user pk, badge, device pk, device_id) of every push-capable device of the
-    users badge_update_statements bumped, with the badge that transaction just wrote; sent
-    after the planner settings are back, so the device probe takes the plan it would alone
-    (a scan of a small table, the user index of a large one)."""
-    chunks = id_chunks(sorted(pk for pk, by in increments.items() if by > 0))
+    users badge_update_statements bumped (the same chunks), with the badge that transaction
+    just wrote; sent after the planner settings are back, so the device probe takes the plan
+    it would alone (a scan of a small table, the user index of a large one)."""
     badges, devices = UserBadgeState._meta.db_table, Device._meta.db_table
     sql = (
         f"SELECT d.user_id, b.badge, d.id, d.device_id FROM {devices} d JOIN {badges} b ON b.user_id = d.user_id "
