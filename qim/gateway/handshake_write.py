@@ -19,7 +19,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
-from qim.gateway.wire import HOLDING, release_held, send_or_queue, twisted_buffered
+from qim.gateway.wire import HOLDING, release_held, send_or_queue, takes_writes, twisted_buffered
 
 CONNECTING = WebSocketProtocol.STATE_CONNECTING
 
@@ -34,9 +34,7 @@ def direct(protocol: Any, data: bytes, sync: bool, chopsize: int | None) -> bool
         or len(protocol.send_queue)
         or type(transport) is not tcp.Server
         or getattr(transport, "TLS", False)
-        or not transport.connected
-        or transport.disconnecting
-        or transport._writeDisconnected
+        or not takes_writes(transport)
     ):
         return False
     send_or_queue(transport, data, twisted_buffered(transport))

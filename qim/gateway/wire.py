@@ -139,16 +139,14 @@ class DaphneSocket:
 
     def writable(self, frame: TextFrame) -> bool:
         """Whether `write` may take this frame; otherwise autobahn must (and decides)."""
-        protocol, transport = self.protocol, self.transport
+        protocol = self.protocol
         return (
             protocol.state == STATE_OPEN
+            and takes_writes(self.transport)
             and protocol.send_state == SEND_STATE_GROUND
             and not protocol.send_queue
             and (self.plain or self._plain())
             and not (0 < self.max_payload < frame.size)
-            and transport.connected
-            and not transport.disconnecting
-            and not transport._writeDisconnected
         )
 
     def _plain(self) -> bool:
@@ -192,12 +190,7 @@ class DaphneSocket:
             return
         self.held = []
         transport = self.transport
-        if (
-            self.protocol.state != STATE_OPEN
-            or not transport.connected
-            or transport.disconnecting
-            or transport._writeDisconnected
-        ):
+        if self.protocol.state != STATE_OPEN or not takes_writes(transport):
             return
         send_or_queue(transport, held[0] if len(held) == 1 else b"".join(held), twisted_buffered(transport))
 
@@ -260,6 +253,12 @@ def release_held(protocol: Any) -> None:
         socket.release()
 
 
+def takes_writes(transport: tcp.Server) -> bool:
+    """Twisted has neither closed nor begun to close the socket: bytes written now reach the
+    peer. (DaphneSocket.write_now writes the same checks out, per member of a tick.)"""
+    return transport.connected and not transport.disconnecting and not transport._writeDisconnected
+
+
 def send_or_queue(transport: tcp.Server, data: bytes, buffered: int) -> int:
     """One `send()` when Twisted holds nothing for the socket (`buffered` == 0), the rest (or
     all of it) queued behind what Twisted holds: DIRECT or QUEUED."""
@@ -287,12 +286,10 @@ def write_control(protocol: Any, data: bytes) -> bool:
         type(transport) is not tcp.Server
         or getattr(transport, "TLS", False)
         or protocol.state != STATE_OPEN
+        or not takes_writes(transport)
         or protocol.send_state != SEND_STATE_GROUND
         or protocol.send_queue
         or protocol.maskServerFrames
-        or not transport.connected
-        or transport.disconnecting
-        or transport._writeDisconnected
     ):
         return False
     send_or_queue(transport, data, twisted_buffered(transport))
