@@ -122,6 +122,10 @@ class MailboxSync:
         """The first SYNC of the catch-up owed (a reconnect writes it behind AUTH), or None."""
         if self._sync_requested <= self._sync_satisfied:
             return None
+        return self._sync_fields()
+
+    def _sync_fields(self) -> dict[str, Any]:
+        """A SYNC page from the cursor."""
         fields: dict[str, Any] = {"after_mailbox_seq": self.cursor}
         if self.page_size is not None:
             fields["limit"] = self.page_size
@@ -289,10 +293,7 @@ class MailboxSync:
             if owed == self._sync_requested:
                 return await request.reply()
             request.discard()
-        fields: dict[str, Any] = {"after_mailbox_seq": self.cursor}
-        if self.page_size is not None:
-            fields["limit"] = self.page_size
-        return await self.session.request("SYNC", **fields)
+        return await self.session.request("SYNC", **self._sync_fields())
 
     def _ordered(self, events: Any) -> list[MailboxEvent]:
         valid = []
