@@ -107,6 +107,17 @@ def unmerged_rounds(plan: Plan, qim: UnmergedSide, raw: UnmergedSide, rounds: in
     return [pooled_unmerged(side.server, [r for r in runs if r["server"] == side.server]) for side in (qim, raw)] + runs
 
 
+def unmerged_against_raw(work_dir: Path, plan: Plan, qim: UnmergedSide, receivers: int) -> list[dict[str, Any]]:
+    """unmerged_rounds of `qim` against a raw websockets server started for them, with
+    `receivers` anonymous receivers."""
+    raw = RawWsServer(work_dir).start()
+    try:
+        return unmerged_rounds(plan, qim, UnmergedSide("raw_websockets", [raw.process.pid], Target("raw", raw.ws_url),
+                                                       [None] * receivers, None))
+    finally:
+        raw.stop()
+
+
 def pooled_unmerged(server: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     frames, cpu_s = sum(r["frames"] for r in runs), sum(r["server_cpu_s"] for r in runs)
     delivered, lost = sum(r["delivered"] for r in runs), sum(r["lost"] for r in runs)
@@ -176,10 +187,6 @@ def two_nodes_big(plan: Plan, a, b, room: str, tokens: list[str]) -> dict[str, A
     return row
 
 
-def find(rows: list[dict[str, Any]], server: str, case: str) -> dict[str, Any]:
-    return next((r for r in rows if r["server"] == server and r["case"].startswith(case)), {})
-
-
 def exact(rows: list[dict[str, Any]], server: str, case: str) -> dict[str, Any]:
     return next((r for r in rows if r["server"] == server and r["case"] == case), {})
 
@@ -246,14 +253,8 @@ def run_one_node(plan: Plan, work_dir: Path, only: str) -> list[dict[str, Any]]:
         _, tokens = qim_setup(node, max(big.one_node, big.unmerged_receivers) + 1, work_dir)
         qim = Target("qim", node.ws_url, ROOM)
         if "unmerged" in only:
-            raw = RawWsServer(work_dir).start()
-            try:
-                rows += unmerged_rounds(
-                    plan, UnmergedSide("qim", [node.process.pid], qim, tokens, tokens[-1]),
-                    UnmergedSide("raw_websockets", [raw.process.pid], Target("raw", raw.ws_url),
-                                 [None] * big.unmerged_receivers, None))
-            finally:
-                raw.stop()
+            rows += unmerged_against_raw(work_dir, plan, UnmergedSide("qim", [node.process.pid], qim, tokens, tokens[-1]),
+                                         big.unmerged_receivers)
         if "one_node" in only:
             node.stop()
             node.start()

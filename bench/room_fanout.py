@@ -48,7 +48,7 @@ from common import (
     uvicorn_available,
     work_directory,
 )
-from big_rooms import UNMERGED_ENV, BigPlan, UnmergedSide, one_node_big, two_nodes_big, unmerged_rounds
+from big_rooms import UNMERGED_ENV, BigPlan, UnmergedSide, one_node_big, two_nodes_big, unmerged_against_raw
 from big_rooms import report as report_big_rooms
 from loadgen import Target
 from pyspy import print_summary
@@ -98,13 +98,8 @@ def one_node(plan: Plan, work_dir: Path) -> list[dict[str, Any]]:
         node.stop()
         node.start(UNMERGED_ENV)
         # Raw websockets' unmerged runs alternate with QIM's, both servers up (unmerged_rounds).
-        raw = RawWsServer(work_dir).start()
-        try:
-            rows += unmerged_rounds(plan, UnmergedSide("qim", [node.process.pid], qim, tokens, senders[0]),
-                                    UnmergedSide("raw_websockets", [raw.process.pid], Target("raw", raw.ws_url),
-                                                 [None] * big.unmerged_receivers, None))
-        finally:
-            raw.stop()
+        rows += unmerged_against_raw(work_dir, plan, UnmergedSide("qim", [node.process.pid], qim, tokens, senders[0]),
+                                     big.unmerged_receivers)
         if not plan.quick:  # informational; --quick skips it
             node.stop()
             node.start(THROUGHPUT_ENV)
