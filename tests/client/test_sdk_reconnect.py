@@ -22,6 +22,8 @@ from tests.rooms.room_helpers import create_room
 FAST_BACKOFF = Backoff(initial=0.05, maximum=0.2, jitter=0.0)
 QUIET = 0.3
 ROOMS = 3
+# What a reconnecting client writes before the node's first answer: its whole catch-up.
+PIPELINED = ["AUTH", *["ROOM_JOIN"] * ROOMS, "SYNC"]
 
 
 @pytest.fixture
@@ -103,7 +105,7 @@ async def test_a_reconnect_pipelines_its_catch_up_and_hands_on_every_missed_even
     # The reconnect wrote its whole catch-up before the node's first answer (AUTH_OK).
     first, again = proxy.sockets
     assert first.early == ["AUTH"]
-    assert again.early == ["AUTH", *["ROOM_JOIN"] * ROOMS, "SYNC"], again.early
+    assert again.early == PIPELINED, again.early
     assert b.pipelined_requests == ROOMS + 1 and b.reconnects == 1
     assert all(b.room_state(room).last_room_seq == missed[room][-1] for room in rooms)  # type: ignore[union-attr]
     assert positions.keys() == set(rooms)
@@ -125,7 +127,7 @@ async def test_a_drop_right_after_the_pipelined_write_is_caught_up_by_the_next_r
     assert await room_texts(b, rooms[0], 1) == [(missed[0], "missed")]
     assert texts(b.drain_events()) == ["group missed"]
     assert len(proxy.sockets) == 3 and b.reconnects >= 1
-    assert proxy.sockets[2].early == ["AUTH", *["ROOM_JOIN"] * ROOMS, "SYNC"], proxy.sockets[2].early
+    assert proxy.sockets[2].early == PIPELINED, proxy.sockets[2].early
     await assert_nothing_more(b)
 
 
@@ -143,7 +145,7 @@ async def test_a_refused_auth_fails_the_pipelined_requests_and_ends_the_client(
         await b.wait_connected(timeout=10)
     assert b.is_closed and b.reconnects == 0
     assert isinstance(b.last_error, AuthError) and b.last_error.close_code == 4401
-    assert proxy.sockets[1].early == ["AUTH", *["ROOM_JOIN"] * ROOMS, "SYNC"], proxy.sockets[1].early
+    assert proxy.sockets[1].early == PIPELINED, proxy.sockets[1].early
     # Nothing was applied: the rooms are still tracked, unjoined, and nothing was handed on.
     assert all(not b.room_state(room).joined.is_set() for room in rooms)  # type: ignore[union-attr]
     assert b.drain_room_events() == [] and b.drain_events() == []
