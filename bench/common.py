@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
@@ -294,6 +295,16 @@ class RedisServer:
 
     def stop(self) -> None:
         stop_process(self.process)
+
+
+def node_stats(node: QimNode, admin: str, timeout: float = 30) -> dict[str, Any]:
+    """GET /api/v1/node: the node's connections, counters and collector figures."""
+    return httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"}, timeout=timeout).json()
+
+
+def rss(pid: int) -> int:
+    """A process's resident memory, in bytes."""
+    return psutil.Process(pid).memory_info().rss
 
 
 def bootstrap(node: QimNode, tenant: str = "bench") -> str:

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 from common import (
@@ -31,9 +30,11 @@ from common import (
     RawWsServer,
     bootstrap,
     emit,
+    node_stats,
     populate,
     print_table,
     raise_nofile,
+    rss,
     start_node,
     start_tutorial,
     work_directory,
@@ -76,10 +77,6 @@ def holder_process(target: Target, tokens: list, ready, stop) -> None:  # type: 
             ws.abort()
 
     asyncio.run(main())
-
-
-def rss(pid: int) -> int:
-    return psutil.Process(pid).memory_info().rss
 
 
 PROFILE: dict[str, Any] = {"dir": None, "summaries": {}}
@@ -159,8 +156,7 @@ def run_qim(work_dir, n: int, processes: int, asgi_server: str, node_env: dict[s
         # Which keepalive the node gave the sockets (QIM_WS_KEEPALIVE=auto: the kernel's for
         # direct ones, docs/performance.md "Fourth round: the kernel keeps a direct socket alive").
         # A long timeout: the node is still taking the 18 000 closes of `hold`'s end.
-        counters = httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"},
-                             timeout=300).json()["counters"]
+        counters = node_stats(node, admin, timeout=300)["counters"]
         row["keepalive"] = {"by_kernel": counters.get("keepalive_by_kernel", 0),
                             "by_frames": counters.get("keepalive_by_frames", 0)}
         return row

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from common import (
-    Backend, CpuMeter, RawWsServer, bootstrap, emit, percentile, populate, print_table, raise_nofile, start_node,
-    uvicorn_available, work_directory,
+    Backend, CpuMeter, RawWsServer, bootstrap, emit, node_stats, percentile, populate, print_table, raise_nofile,
+    rss, start_node, uvicorn_available, work_directory,
 )
 from loadgen import _ctx, _get_while_alive
 from storm_clients import Client, client_process, sender_process
@@ -123,14 +122,6 @@ def set_up_rooms(node: Any, tokens: dict[str, str], n: int) -> list[tuple[str, s
     return senders
 
 
-def rss_mib(pid: int) -> float:
-    return psutil.Process(pid).memory_info().rss / 2**20
-
-
-def node_stats(node: Any, admin: str) -> dict[str, Any]:
-    return httpx.get(f"{node.http_url}/api/v1/node", headers={"Authorization": f"Token {admin}"}, timeout=30).json()
-
-
 def wait_connections(node: Any, admin: str, count: int, timeout: float = 120) -> None:
     """Until the node holds `count` connections (the drop is seen)."""
     deadline = time.monotonic() + timeout
@@ -174,7 +165,7 @@ def run_qim(args: argparse.Namespace, n: int, work_dir: Path, asgi_server: str, 
         wait_connections(node, admin, len(senders))
         send_round(commands, answers, sender_proc, MISSED, len(senders))
         sampler = Sampler(node.process.pid, max(3, n / 400), args.profile / f"storm-{asgi_server}.txt") if args.profile else None
-        passes_before, rss_before = node_stats(node, admin)["gc_collections"], rss_mib(node.process.pid)
+        passes_before, rss_before = node_stats(node, admin)["gc_collections"], rss(node.process.pid) / 2**20
         meter, began = CpuMeter([node.process.pid]), time.monotonic()
         client_meter = CpuMeter([proc.pid for proc in storm.procs])
         storm.storm.set()
@@ -184,7 +175,7 @@ def run_qim(args: argparse.Namespace, n: int, work_dir: Path, asgi_server: str, 
         # after it: what QIM_GC_*_THRESHOLD trade (docs/performance.md, reconnect storms).
         passes = node_stats(node, admin)["gc_collections"]
         row["gc_passes"] = [after - before for after, before in zip(passes, passes_before)]
-        row["rss_growth_mib"] = round(rss_mib(node.process.pid) - rss_before, 1)
+        row["rss_growth_mib"] = round(rss(node.process.pid) / 2**20 - rss_before, 1)
         row["cold_connect_per_s"] = cold["per_s"]
         if sampler is not None and (path := sampler.wait()) is not None:
             row["profile"] = summarize(path)
