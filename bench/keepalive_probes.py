@@ -23,7 +23,7 @@ import os  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qim.settings")
 django.setup()
-from qim.gateway.heartbeat import TCP_USER_TIMEOUT, kernel_schedule, set_kernel_keepalive  # noqa: E402
+from qim.gateway.heartbeat import KernelSchedule, kernel_schedule, set_kernel_keepalive  # noqa: E402
 
 
 def softnet_drops() -> int:
@@ -31,13 +31,12 @@ def softnet_drops() -> int:
         return sum(int(line.split()[1], 16) for line in stats)
 
 
+# The first design: first probe at 25 s, every 10 s after, TCP_USER_TIMEOUT 30 s from the silence.
+FIRST_DESIGN = KernelSchedule(idle_s=25, probe_interval_s=10, probe_count=3, user_timeout_ms=30_000)
+
+
 def single(sock: socket.socket) -> None:
-    """The first design: first probe at 25 s, every 10 s after, TCP_USER_TIMEOUT 30 s."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 25)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-    sock.setsockopt(socket.IPPROTO_TCP, TCP_USER_TIMEOUT, 30_000)
+    assert set_kernel_keepalive(sock, FIRST_DESIGN)
 
 
 def scheduled(sock: socket.socket) -> None:
