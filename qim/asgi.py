@@ -16,6 +16,7 @@ from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: 
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.handshake_write import install as send_handshake_response_directly  # noqa: E402
 from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
+from qim.gateway.lean_upgrade import install as upgrade_plain_requests_directly  # noqa: E402
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
 from qim.gateway.unmask import install as unmask_small_frames_in_python  # noqa: E402
 from qim.gc_freeze import install as install_collector_freezer  # noqa: E402
@@ -42,6 +43,10 @@ send_handshake_response_directly()
 
 # daphne's access log lines, the date formatted once a second (qim/gateway/access_log.py).
 stamp_access_log_once_a_second()
+
+# A plain WebSocket upgrade request goes to autobahn as it arrived, not through Twisted's HTTP
+# request and daphne's rewrite of it (qim/gateway/lean_upgrade.py).
+upgrade_plain_requests_directly()
 
 # Inbound frames under 1 KiB unmasked without a CFFI masker each (qim/gateway/unmask.py).
 unmask_small_frames_in_python()

@@ -1,6 +1,7 @@
-"""The opening handshake's response sent with one `send()` (qim/gateway/handshake_write.py) and
-daphne's access log stamped once a second (qim/gateway/access_log.py), on a real daphne node
-over raw sockets: the 101 arrives whole and the frames after it intact; a refused origin, an
+"""The opening handshake's response sent with one `send()` (qim/gateway/handshake_write.py),
+daphne's access log stamped once a second (qim/gateway/access_log.py) and a plain upgrade
+request handed straight to autobahn (qim/gateway/lean_upgrade.py), on a real daphne node over
+raw sockets: the 101 arrives whole and the frames after it intact; a refused origin, an
 oversize header block and a request that is no WebSocket are answered as before; HTTP on the
 same port still works; the access log's lines are daphne's, byte for byte."""
 
@@ -112,6 +113,38 @@ async def test_an_oversize_header_block_and_a_bad_upgrade_are_refused(node: QimD
         assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     finally:
         writer.close()
+
+
+async def test_a_plain_upgrade_goes_straight_to_autobahn_any_other_through_daphne(node: QimDeployment) -> None:
+    """qim/gateway/lean_upgrade.py: a boring request in one read skips Twisted's request and
+    daphne's rewrite (counted); a header sent twice or a request cut across reads takes their
+    path; each gets its 101 with the right accept key."""
+    admin = (node.tenants.get("acme") or node.bootstrap("acme")).admin_token
+    qim_node = node.nodes[0]
+    port = qim_node.port
+
+    def direct() -> int:
+        return qim_node.stats(admin)["counters"].get("websocket_upgrades_direct", 0)
+
+    before = direct()
+    plain, plain_key = upgrade(port)
+    twice, twice_key = upgrade(port, "X-A: 1\r\nX-A: 2\r\n")
+    cut, cut_key = upgrade(port)
+    for writes, key in (([plain.replace(b"/ws/v1 ", b"/ws/v1?x=1 ")], plain_key), ([twice], twice_key),
+                        ([cut[:30], cut[30:]], cut_key)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for part in writes:
+                writer.write(part)
+                await writer.drain()
+                await asyncio.sleep(0.2)  # the node reads each part on its own
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            lines = head.decode("latin1").split("\r\n")
+            assert lines[0] == "HTTP/1.1 101 Switching Protocols", head
+            assert f"Sec-WebSocket-Accept: {accept_key(key)}" in lines, head
+        finally:
+            writer.close()
+    assert direct() == before + 1
 
 
 async def test_http_on_the_same_port_still_answers(node: QimDeployment) -> None:
