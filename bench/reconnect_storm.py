@@ -165,7 +165,7 @@ def run_qim(args: argparse.Namespace, n: int, work_dir: Path, asgi_server: str, 
         wait_connections(node, admin, len(senders))
         send_round(commands, answers, sender_proc, MISSED, len(senders))
         sampler = Sampler(node.process.pid, max(3, n / 400), args.profile / f"storm-{asgi_server}.txt") if args.profile else None
-        passes_before, rss_before = node_stats(node, admin)["gc_collections"], rss(node.process.pid) / 2**20
+        stats_before, rss_before = node_stats(node, admin), rss(node.process.pid) / 2**20
         meter, began = CpuMeter([node.process.pid]), time.monotonic()
         client_meter = CpuMeter([proc.pid for proc in storm.procs])
         storm.storm.set()
@@ -173,8 +173,10 @@ def run_qim(args: argparse.Namespace, n: int, work_dir: Path, asgi_server: str, 
         row.update(cpu_figures(meter, client_meter, began, n))
         # The collector's passes (young, middle, full) during the storm and the node's memory
         # after it: what QIM_GC_*_THRESHOLD trade (docs/performance.md, reconnect storms).
-        passes = node_stats(node, admin)["gc_collections"]
-        row["gc_passes"] = [after - before for after, before in zip(passes, passes_before)]
+        stats = node_stats(node, admin)
+        row["gc_passes"] = [after - before for after, before in zip(stats["gc_collections"], stats_before["gc_collections"])]
+        # And their milliseconds (young, middle, full): the collector's share of the CPU above.
+        row["gc_pause_ms"] = [round(after - before) for after, before in zip(stats["gc_pause_ms"], stats_before["gc_pause_ms"])]
         row["rss_growth_mib"] = round(rss(node.process.pid) / 2**20 - rss_before, 1)
         row["cold_connect_per_s"] = cold["per_s"]
         if sampler is not None and (path := sampler.wait()) is not None:

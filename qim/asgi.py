@@ -20,6 +20,7 @@ from qim.gateway.lean_upgrade import install as upgrade_plain_requests_directly 
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
 from qim.gateway.unmask import install as unmask_small_frames_in_python  # noqa: E402
 from qim.gc_freeze import install as install_collector_freezer  # noqa: E402
+from qim.gc_pauses import install as time_collector_passes  # noqa: E402
 from qim.raw_bodies import install as hand_django_raw_bodies  # noqa: E402
 from qim.recovery import RecoverOnStart  # noqa: E402
 from qim.sqlite_checkpoints import take_over as take_over_sqlite_checkpoints  # noqa: E402
@@ -75,4 +76,5 @@ else:
     gc.freeze()
 # Fewer, larger young collections: a reconnect storm's garbage is short-lived (QIM_GC_YOUNG_THRESHOLD);
 # the older two are settings too (Python's 10 and 10, middle 1 with QIM_GC_FREEZE; qim/settings/timers_and_caps.py).
+time_collector_passes()  # their milliseconds in GET /api/v1/node (qim/gc_pauses.py)
 gc.set_threshold(settings.QIM_GC_YOUNG_THRESHOLD, settings.QIM_GC_MIDDLE_THRESHOLD, settings.QIM_GC_OLD_THRESHOLD)

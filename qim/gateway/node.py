@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from qim import gc_freeze
+from qim import gc_freeze, gc_pauses
 from qim.backends import make_backend
 from qim.conf import limit
 from qim.gateway.connection import Connection, UserKey
@@ -201,6 +201,8 @@ class ConnectionNode:
             "gc_thresholds": list(gc.get_threshold()),
             # Passes the collector made per generation since start (young, middle, full).
             "gc_collections": [generation["collections"] for generation in gc.get_stats()],
+            # And the time those passes took, in milliseconds (qim/gc_pauses.py).
+            "gc_pause_ms": gc_pauses.pause_ms(),
             # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/gc_freeze.py).
             **gc_freeze.stats(),
         }
