@@ -15,6 +15,7 @@ from qim.gateway.consumer import GatewayConsumer  # noqa: E402
 from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: E402
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.handshake_write import install as send_handshake_response_directly  # noqa: E402
+from qim.gateway.lean_connect import install as start_applications_without_deferreds  # noqa: E402
 from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
 from qim.gateway.lean_upgrade import install as upgrade_plain_requests_directly  # noqa: E402
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
@@ -48,6 +49,10 @@ stamp_access_log_once_a_second()
 # A plain WebSocket upgrade request goes to autobahn as it arrived, not through Twisted's HTTP
 # request and daphne's rewrite of it (qim/gateway/lean_upgrade.py).
 upgrade_plain_requests_directly()
+
+# daphne's onConnect starts the application by a plain call, not through three Deferreds
+# (qim/gateway/lean_connect.py).
+start_applications_without_deferreds()
 
 # Inbound frames under 1 KiB unmasked without a CFFI masker each (qim/gateway/unmask.py).
 unmask_small_frames_in_python()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Awaitable
 
+from asgiref.sync import markcoroutinefunction
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
@@ -142,14 +143,23 @@ async def ensure_recovered() -> None:
 class RecoverOnStart:
     """ASGI application: nothing is served (HTTP or WebSocket) before the startup pass is over,
     so a restarted node never shows a half-finished recall; then each scope type goes to its
-    route, a callable that returns the awaitable serving the scope. Routes are plain calls
-    (qim/gateway/routing.py), so this is the one frame above the consumer that stays for a
-    socket's whole life (docs/performance.md, "Second round: density")."""
+    route, a callable that returns the awaitable serving the scope. Once the pass is over this
+    is a plain call that returns the route's own awaitable, and routes are plain calls too
+    (qim/gateway/routing.py), so no frame stays above the consumer for a socket's life: one
+    coroutine fewer per connection for the collector to walk (docs/performance.md, "Second
+    round: density" and the storm's sixth round)."""
 
     def __init__(self, routes: dict[str, Any]) -> None:
         self.routes = routes
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+    @markcoroutinefunction  # an ASGI 3 application to servers that ask (uvicorn's detection)
+    def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[Any]:
+        route = self.routes.get(scope["type"])
+        if route is None or _startup is None or not _startup.done():
+            return self._after_recovery(scope, receive, send)
+        return route(scope, receive, send)
+
+    async def _after_recovery(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         await ensure_recovered()
         route = self.routes.get(scope["type"])
         if route is None:

@@ -1,0 +1,97 @@
+"""daphne's WebSocket `onConnect` without the Deferreds around a synchronous call.
+
+daphne builds the connection's ASGI scope, then starts the application through
+`maybeDeferred(server.create_application, ...)` with a callback and an errback added to it:
+three Deferreds run through for a call that is synchronous under QIM
+(qim/gateway/daphne_checks.py `create_application`), about 3 % of a node's CPU in a reconnect
+storm (docs/performance.md, "Issue 22: reconnect storms", sixth round). This `onConnect` makes
+the same scope from the same headers and calls the two directly. What differs is only what
+daphne got wrong around them: an application created for a socket that went away meanwhile
+(`create_application` answers None) is not handed a `websocket.connect` (daphne raised there
+and logged the AttributeError), and an error creating it fails the handshake (autobahn answers
+the upgrade with an error) instead of leaving it to time out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import Any
+from urllib.parse import unquote
+
+from daphne.utils import parse_x_forwarded_for
+from twisted.internet import defer
+
+logger = logging.getLogger("daphne.ws_protocol")
+
+
+def on_connect(self: Any, request: Any) -> defer.Deferred:
+    """daphne 4's `WebSocketProtocol.onConnect`, the application started by a plain call."""
+    self.server = self.factory.server_class
+    self.server.protocol_connected(self)
+    self.request = request
+    self.protocol_to_accept = None
+    self.root_path = self.server.root_path
+    self.socket_opened = self.last_ping = time.time()
+    try:
+        self.clean_headers = []
+        for name, value in request.headers.items():
+            name = name.encode("ascii")
+            if b"_" in name:  # CVE-2015-0219
+                continue
+            if name.lower() == b"daphne-root-path":
+                self.root_path = unquote(value)
+            else:
+                self.clean_headers.append((name.lower(), value.encode("latin1")))
+        peer = self.transport.getPeer()
+        host = self.transport.getHost()
+        if hasattr(peer, "host") and hasattr(peer, "port"):
+            self.client_addr = [str(peer.host), peer.port]
+            self.server_addr = [str(host.host), host.port]
+        else:
+            self.client_addr = None
+            self.server_addr = None
+        if self.server.proxy_forwarded_address_header:
+            self.client_addr, self.client_scheme = parse_x_forwarded_for(
+                dict(self.clean_headers),
+                self.server.proxy_forwarded_address_header,
+                self.server.proxy_forwarded_port_header,
+                self.server.proxy_forwarded_proto_header,
+                self.client_addr,
+            )
+        subprotocols = []
+        for header, value in self.clean_headers:
+            if header == b"sec-websocket-protocol":
+                subprotocols = [x.strip() for x in unquote(value.decode("ascii")).split(",")]
+        self.path = request.path.encode("ascii")
+        queue = self.server.create_application(self, {
+            "type": "websocket",
+            "path": unquote(self.path.decode("ascii")),
+            "raw_path": self.path,
+            "root_path": self.root_path,
+            "headers": self.clean_headers,
+            "query_string": self._raw_query_string,  # set by the HTTP side (daphne or lean_upgrade)
+            "client": self.client_addr,
+            "server": self.server_addr,
+            "subprotocols": subprotocols,
+        })
+        if queue is not None:
+            self.applicationCreateWorked(queue)
+    except Exception:
+        logger.error(traceback.format_exc())
+        raise
+    # autobahn waits on this until the application accepts or refuses.
+    self.handshake_deferred = defer.Deferred()
+    return self.handshake_deferred
+
+
+def install() -> bool:
+    """Once, at start-up, before daphne accepts a WebSocket (qim/asgi.py); whether it did."""
+    from daphne.ws_protocol import WebSocketProtocol
+
+    if getattr(WebSocketProtocol, "qim_lean_connect", False):
+        return False
+    WebSocketProtocol.onConnect = on_connect
+    WebSocketProtocol.qim_lean_connect = True
+    return True
