@@ -20,11 +20,16 @@ class RawBodyWebRequest(http_protocol.WebRequest):
 
 def install() -> None:
     """Make daphne's HTTP factory build RawBodyWebRequest; daphne imports the application
-    (and so calls this) before it accepts any connection."""
+    (and so calls this) before it accepts any connection. daphne's own buildProtocol is
+    replaced, not wrapped: it reads Twisted's factory through `twisted.web.http`, a module
+    behind Twisted's deprecation proxy (two Python `__getattribute__` calls a read), once per
+    accepted socket."""
     factory = http_protocol.HTTPFactory
     if getattr(factory, "qim_raw_bodies", False):
         return
-    build_protocol = factory.buildProtocol
+    from twisted.web.http import HTTPFactory
+
+    build_protocol = HTTPFactory.buildProtocol
 
     def buildProtocol(self, addr):  # type: ignore[no-untyped-def]
         protocol = build_protocol(self, addr)

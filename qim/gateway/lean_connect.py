@@ -1,4 +1,5 @@
-"""daphne's WebSocket `onConnect` without the Deferreds around a synchronous call.
+"""daphne's WebSocket `onConnect` without the Deferreds around a synchronous call, and its
+protocols hashed by identity in C.
 
 daphne builds the connection's ASGI scope, then starts the application through
 `maybeDeferred(server.create_application, ...)` with a callback and an errback added to it:
@@ -10,6 +11,10 @@ daphne got wrong around them: an application created for a socket that went away
 (`create_application` answers None) is not handed a `websocket.connect` (daphne raised there
 and logged the AttributeError), and an error creating it fails the handshake (autobahn answers
 the upgrade with an error) instead of leaving it to time out.
+
+daphne's WebSocket protocol and HTTP request define `__hash__` and `__eq__` in Python as
+identity (`hash(id(self))`, `id(self) == id(other)`): about ten Python calls per connect for the
+dicts and sets that hold them. `object`'s own hash and equality are that same identity, in C.
 """
 
 from __future__ import annotations
@@ -88,10 +93,14 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
 
 def install() -> bool:
     """Once, at start-up, before daphne accepts a WebSocket (qim/asgi.py); whether it did."""
+    from daphne.http_protocol import WebRequest
     from daphne.ws_protocol import WebSocketProtocol
 
     if getattr(WebSocketProtocol, "qim_lean_connect", False):
         return False
     WebSocketProtocol.onConnect = on_connect
+    for identity_hashed in (WebSocketProtocol, WebRequest):
+        identity_hashed.__hash__ = object.__hash__
+        identity_hashed.__eq__ = object.__eq__
     WebSocketProtocol.qim_lean_connect = True
     return True
