@@ -8,6 +8,7 @@ import re
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 from django.conf import settings
 
 from qim.errors import Refused
@@ -101,4 +102,24 @@ def _unstorable(value: Any, path: str) -> str | None:
 
 @functools.cache
 def _typed_fields(schema: type[msgspec.Struct]) -> tuple[str, ...]:
-    return tuple(field.name for field in msgspec.structs.fields(schema) if field.type is not Any)
+    """The fields `_unstorable` must look at: typed (not Any), and of a type whose values can
+    be or hold an integer (most of a frame's fields are strings, booleans or dicts)."""
+    typed = {field.name for field in msgspec.structs.fields(schema) if field.type is not Any}
+    return tuple(field.name for field in msgspec.inspect.type_info(schema).fields
+                 if field.name in typed and _may_hold_an_int(field.type))
+
+
+def _may_hold_an_int(kind: msgspec.inspect.Type) -> bool:
+    """Whether a value of this type can be, or be a list or tuple holding, a non-bool int;
+    True where unsure."""
+    if isinstance(kind, (msgspec.inspect.StrType, msgspec.inspect.BoolType, msgspec.inspect.NoneType,
+                         msgspec.inspect.FloatType, msgspec.inspect.DictType, msgspec.inspect.BytesType,
+                         msgspec.inspect.LiteralType, msgspec.inspect.SetType, msgspec.inspect.FrozenSetType)):
+        return False
+    if isinstance(kind, (msgspec.inspect.ListType, msgspec.inspect.VarTupleType)):
+        return _may_hold_an_int(kind.item_type)
+    if isinstance(kind, msgspec.inspect.TupleType):
+        return any(_may_hold_an_int(item) for item in kind.item_types)
+    if isinstance(kind, msgspec.inspect.UnionType):
+        return any(_may_hold_an_int(member) for member in kind.types)
+    return True

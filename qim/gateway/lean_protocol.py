@@ -9,7 +9,9 @@ of daphne's protocol whose class attributes are the factory's option values: `ha
 true, nothing is copied, and every read finds the value it found before. A later
 `setProtocolOptions` or `resetProtocolOptions` on the factory builds a new subclass, so new
 sockets see the change exactly as they did when the values were copied at connect; a value
-set on one protocol still wins over the class, as autobahn intends.
+set on one protocol still wins over the class, as autobahn intends. With every option on the
+class, its `CONFIG_ATTRS` is empty: the copying loop, which also listed all 29 options with their
+values for a debug line nobody writes, has nothing left to do.
 
 The handshake-only attributes (`HANDSHAKE_ONLY`) default to None on that class, so the
 handshake's leftovers can be deleted from the instance after accept (qim/gateway/handshake.py)
@@ -54,6 +56,10 @@ def options_class(factory: Any) -> type:
     options = {name: as_class_value(getattr(factory, name)) for name in base.CONFIG_ATTRS if hasattr(factory, name)}
     namespace = {**dict.fromkeys(HANDSHAKE_ONLY), **options, "options_base": base,
                  "__module__": base.__module__, "__qualname__": base.__qualname__}
+    if len(options) == len(base.CONFIG_ATTRS):
+        # Every option is on the class: autobahn's `_connectionMade` has none to copy, and its
+        # loop over them would only build a debug line's list of 29 tuples that is never written.
+        namespace["CONFIG_ATTRS"] = ()
     return type(base.__name__, (base,), namespace)
 
 
