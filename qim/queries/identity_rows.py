@@ -15,6 +15,8 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Model
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 from qim.models import Device, DeviceToken, Tenant, User
 
@@ -31,17 +33,33 @@ class TokenRow:
         self.user = user
 
 
-def _converted(model: type[Model], alias: str, values: tuple[Any, ...]) -> list[Any]:
-    """Each column's value as the ORM would give it (SQLite's datetimes are text, say)."""
-    return [_convert(value, column) for column, value in zip(_columns(model, alias), values)]
+def _converted(model: type[Model], alias: str, values: tuple[Any, ...], db: Any) -> list[Any]:
+    """Each column's value as the ORM would give it (SQLite's datetimes are text, say): only the
+    columns that have converters go through them, with the connection itself (not the proxy,
+    whose every attribute is a thread-local lookup)."""
+    converted = list(values)
+    for index, col, converters in _converting_columns(model, alias):
+        value = converted[index]
+        for converter in converters:
+            value = converter(value, col, db)
+        converted[index] = value
+    return converted
 
 
-def _convert(value: Any, column: tuple[Any, list[Any]]) -> Any:
+def _convert(value: Any, column: tuple[Any, list[Any]], db: Any) -> Any:
     """One value through its column's converters (`_with_converters`)."""
     col, converters = column
     for converter in converters:
-        value = converter(value, col, connection)
+        value = converter(value, col, db)
     return value
+
+
+@cache
+def _converting_columns(model: type[Model], alias: str) -> list[tuple[int, Any, list[Any]]]:
+    """(position, column, converters) of each concrete column of `model` under `alias` whose
+    value the compiler converts."""
+    return [(index, col, converters)
+            for index, (col, converters) in enumerate(_columns(model, alias)) if converters]
 
 
 @cache
@@ -53,6 +71,32 @@ def _columns(model: type[Model], alias: str) -> list[tuple[Any, list[Any]]]:
 def _with_converters(field: Any, alias: str) -> tuple[Any, list[Any]]:
     column = field.get_col(alias)
     return column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+
+
+def instance_from_db(model: type[Model], db_alias: str, values: list[Any]) -> Model:
+    """`model.from_db(db_alias, None, values)` for a full row, without Model.__init__'s setattr
+    per field and its two signals' sends when no receiver listens to them (a reconnect storm's
+    AUTH built two instances per token: 6 us each, docs/performance.md). The same instance:
+    every field's attname in `__dict__`, a ModelState not adding, on `db_alias`
+    (tests/core/test_auth_batched.py compares it with from_db's). A model with an `__init__`
+    of its own, or a signal receiver, goes through from_db."""
+    if model.__init__ is not Model.__init__ or pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model.from_db(db_alias, None, values)
+    attnames = _attnames(model)
+    if len(values) != len(attnames):
+        raise ValueError(f"{model.__name__} has {len(attnames)} concrete fields, not {len(values)}")
+    instance = model.__new__(model)
+    state = ModelState()
+    state.adding = False
+    state.db = db_alias
+    instance.__dict__["_state"] = state
+    instance.__dict__.update(zip(attnames, values))
+    return instance
+
+
+@cache
+def _attnames(model: type[Model]) -> tuple[str, ...]:
+    return tuple(field.attname for field in model._meta.concrete_fields)
 
 
 @cache
@@ -90,19 +134,16 @@ def token_rows(digests: set[str], issued_after: datetime | None) -> dict[str, To
     statement = _select(issued_after is not None) + "(" + ", ".join(["%s"] * len(digests)) + ")"
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        return {row[0]: _token_row(row) for row in cursor.fetchall()}
+        db = cursor.db  # the connection itself, once, not through the thread-local proxy per row
+        return {row[0]: _token_row(row, db) for row in cursor.fetchall()}
 
 
-def _token_row(row: tuple[Any, ...]) -> TokenRow:
-    users_end = 3 + len(User._meta.concrete_fields)
-    user = User.from_db(connection.alias, None, _converted(User, "u", row[3:users_end]))
-    tenant = Tenant.from_db(connection.alias, None, _converted(Tenant, "n", row[users_end:]))
+def _token_row(row: tuple[Any, ...], db: Any) -> TokenRow:
+    users_end = 3 + len(_attnames(User))
+    user = instance_from_db(User, db.alias, _converted(User, "u", row[3:users_end], db))
+    tenant = instance_from_db(Tenant, db.alias, _converted(Tenant, "n", row[users_end:], db))
     User._meta.get_field("tenant").set_cached_value(user, tenant)
-    return TokenRow(row[0], _issued_at(row[1]), row[2], user)
-
-
-def _issued_at(value: Any) -> datetime:
-    return _convert(value, _issued_column())
+    return TokenRow(row[0], _convert(row[1], _issued_column(), db), row[2], user)
 
 
 @cache
