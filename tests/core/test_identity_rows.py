@@ -1,14 +1,20 @@
 """AUTH's rows in process (qim/queries/identity_rows.py): the User and Tenant it builds without
-Model.__init__ are the instances Django's from_db and select_related build, and a model with a
-post_init receiver still goes through from_db."""
+Model.__init__ are the instances Django's from_db and select_related build, a model with a
+post_init receiver still goes through from_db, and the re-check's live digests are
+live_tokens()'s."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db.models.signals import post_init
+from django.utils import timezone
 
 from qim.actions.accounts import do_bootstrap_tenant, do_create_user, do_issue_token
+from qim.actions.credentials import do_deactivate_user, do_revoke_token
 from qim.models import DeviceToken, Tenant, User, token_digest
+from qim.queries.identity import live_digests_among, live_tokens
 from qim.queries.identity_rows import instance_from_db, token_rows
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +70,22 @@ def test_token_rows_user_is_select_relateds() -> None:
     assert fields(row.user) == fields(orm.device.user)
     assert fields(row.user.tenant) == fields(orm.device.user.tenant)
     assert row.user.created_at.tzinfo is not None
+
+
+@pytest.mark.parametrize("ttl_s", [0, 3600])
+def test_live_digests_are_live_tokens(settings, ttl_s: int) -> None:  # type: ignore[no-untyped-def]
+    """The re-check's statement answers what live_tokens() answers: an active user's token, not
+    a revoked one, a deactivated user's, an expired one (when tokens expire) or an unknown one."""
+    settings.QIM_TOKEN_TTL_S = ttl_s
+    boot = do_bootstrap_tenant("acme", "admin", "pw")
+    alice, bob = do_create_user(boot.tenant, "alice", "pw"), do_create_user(boot.tenant, "bob", "pw")
+    live, revoked, old = (token_digest(do_issue_token(alice, device)) for device in ("phone", "laptop", "tablet"))
+    deactivated = token_digest(do_issue_token(bob, "phone"))
+    do_revoke_token(DeviceToken.objects.get(digest=revoked))
+    do_deactivate_user(bob)
+    DeviceToken.objects.filter(digest=old).update(created_at=timezone.now() - timedelta(hours=2))
+    asked = [live, revoked, old, deactivated, "no-such-digest"]
+    expected = set(live_tokens().filter(digest__in=asked).values_list("digest", flat=True))
+    assert expected == ({live} if ttl_s else {live, old})
+    assert live_digests_among(asked) == expected
+    assert live_digests_among([]) == set()
