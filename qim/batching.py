@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from qim.db import in_db_thread
 from qim.errors import Refused
@@ -46,12 +47,15 @@ class KeyedBatcher(Generic[K, T, R]):
         self.after_batch = after_batch
         self._waiting: dict[K, list[tuple[T, asyncio.Future[R]]]] = {}
         self._drains: dict[K, asyncio.Task[None]] = {}
+        # The node's counter names, made once: counting was 2 us a submit (an import, the node
+        # lookup, two f-strings; docs/performance.md, "Issue 22: reconnect storms", sixth round).
+        self._requests_counter, self._batches_counter = f"{name}_requests", f"{name}_batches"
 
     async def submit(self, key: K, item: T) -> R:
         """This item's own result; raises its own Refused."""
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(key, []).append((item, future))
-        self._count("requests")
+        _node_counters()[self._requests_counter] += 1
         if key not in self._drains:
             with unbound():  # the batch serves every submitter: its lines name none of them
                 self._drains[key] = asyncio.create_task(self._drain(key))
@@ -67,7 +71,7 @@ class KeyedBatcher(Generic[K, T, R]):
             del self._drains[key]
 
     async def _run(self, key: K, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
-        self._count("batches")
+        _node_counters()[self._batches_counter] += 1
         try:
             results = await self._apply(key, [item for item, _ in batch])
         except Exception as error:  # each item answers as it would have alone
@@ -85,7 +89,16 @@ class KeyedBatcher(Generic[K, T, R]):
         if self.after_batch is not None:
             self.after_batch(key, results)
 
-    def _count(self, what: str) -> None:
+
+
+def _node_counters() -> Counter[str]:
+    """This process's node's counters (qim/gateway/node.py imports batchers: imported on first use)."""
+    global _get_node
+    if _get_node is None:
         from qim.gateway.node import get_node
 
-        get_node().counters[f"{self.name}_{what}"] += 1
+        _get_node = get_node
+    return _get_node().counters
+
+
+_get_node: Callable[[], Any] | None = None

@@ -39,17 +39,31 @@ def bind_connection(conn: Connection) -> None:
     })
 
 
-@contextmanager
-def frame_scope(frame_type: str, req_id: str | None) -> Iterator[None]:
+class frame_scope:  # lower case: used as `with frame_scope(...)`, as the function it was
     """Lines logged while this frame is handled name its type and req_id; at DEBUG, one line
-    per frame says it was handled (QIM_LOG_LEVEL=DEBUG: every frame, with its context)."""
-    token = _frame.set({"type": frame_type, **({"req_id": req_id} if req_id is not None else {})})
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        _frames_logger.debug("%s handled in %.1f ms", frame_type, (time.monotonic() - started) * 1000)
-        _frame.reset(token)
+    per frame says it was handled (QIM_LOG_LEVEL=DEBUG: every frame, with its context).
+
+    A class, not a generator context manager: every frame of every socket enters one, and the
+    generator, its frame and the wrapper were three objects and two resumptions per frame
+    (docs/performance.md, "Issue 22: reconnect storms", sixth round)."""
+
+    __slots__ = ("_frame_type", "_context", "_token", "_started")
+
+    def __init__(self, frame_type: str, req_id: str | None) -> None:
+        self._frame_type = frame_type
+        self._context = {"type": frame_type} if req_id is None else {"type": frame_type, "req_id": req_id}
+
+    def __enter__(self) -> None:
+        self._token = _frame.set(self._context)
+        # Timed only when the line would be written.
+        self._started = time.monotonic() if _frames_logger.isEnabledFor(logging.DEBUG) else None
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._started is not None:
+                _frames_logger.debug("%s handled in %.1f ms", self._frame_type, (time.monotonic() - self._started) * 1000)
+        finally:
+            _frame.reset(self._token)
 
 
 @contextmanager

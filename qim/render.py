@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from qim.clock import now_ms
 from qim.content_types import GENERIC_PLACEHOLDER, TEXT, rendering_policy
 from qim.models import Conversation, MessageRecord, UserMailboxEntry
+from qim.stored_json import loads
 from qim.windows import edit_deadline_ms, recall_deadline_ms
 
 PREVIEW_MAX_CHARS = 120
@@ -19,6 +19,18 @@ def render_preview(
     """The text a client can always show, from the type's preview_template. Only `text` shows
     content (its start), and never under E2EE, where the server cannot read it; templates of
     other types may name {sender_id} and {content_type}, never payload fields."""
+    return _preview(tenant_id, content_type, payload_json, _UNDECODED, sender_id=sender_id, e2ee=e2ee)
+
+
+# `_preview`'s payload when the caller has not decoded it (None is a decoded JSON null).
+_UNDECODED = object()
+
+
+def _preview(
+    tenant_id: int, content_type: str, payload_json: str | None, payload: Any, *, sender_id: str, e2ee: bool
+) -> str:
+    """render_preview, given the payload already decoded when the caller decoded it (a SYNC
+    row's payload is decoded once for the message object and its preview)."""
     policy = rendering_policy(tenant_id, content_type)
     if policy is None:
         return GENERIC_PLACEHOLDER
@@ -26,7 +38,7 @@ def render_preview(
         if e2ee or payload_json is None:
             return GENERIC_PLACEHOLDER
         try:
-            text = json.loads(payload_json).get("text", "")
+            text = (loads(payload_json) if payload is _UNDECODED else payload).get("text", "")
         except (ValueError, AttributeError):
             return GENERIC_PLACEHOLDER
         return str(text)[:PREVIEW_MAX_CHARS]
@@ -41,6 +53,8 @@ def message_object(
     its sender (`viewer_user_pk`), it carries the recall/edit deadlines while they are open."""
     recalled = record.state in (MessageRecord.RECALLED, MessageRecord.DELETED)
     payload_json = None if recalled else record.payload
+    # Decoded once, for the payload and the preview; a text that is not JSON raises here, as before.
+    payload = loads(payload_json) if payload_json is not None else None
     message: dict[str, Any] = {
         "conversation_id": record.conversation_id,
         "conversation_seq": record.conversation_seq,
@@ -48,9 +62,9 @@ def message_object(
         "sender_id": record.sender.username,
         "sender_device_id": record.sender_device_id,
         "content_type": record.content_type,
-        "payload": json.loads(payload_json) if payload_json is not None else None,
-        "preview": "[recalled]" if recalled else render_preview(
-            record.tenant_id, record.content_type, payload_json,
+        "payload": payload,
+        "preview": "[recalled]" if recalled else _preview(
+            record.tenant_id, record.content_type, payload_json, payload,
             sender_id=record.sender.username, e2ee=conversation.e2ee,
         ),
         "sent_at_ms": record.sent_at_ms,
@@ -81,7 +95,7 @@ def control_object(record: MessageRecord) -> dict[str, Any]:
         "conversation_seq": record.conversation_seq,
         "actor_id": record.sender.username,
         "origin_device_id": record.sender_device_id or None,
-        "payload": json.loads(record.payload) if record.payload is not None else None,
+        "payload": loads(record.payload) if record.payload is not None else None,
     }
     if record.target_conversation_seq is not None:
         control["target_conversation_seq"] = record.target_conversation_seq

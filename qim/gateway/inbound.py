@@ -84,19 +84,35 @@ def _unstorable(value: Any, path: str) -> str | None:
     """What in a converted frame's typed fields no database column would take: an integer
     outside 64 bits (SQLite raises OverflowError, PostgreSQL's bigint refuses it). Opaque
     payloads (fields typed Any) are stored as JSON text and not looked into."""
+    where = _out_of_range(value)
+    return None if where is None else f"integer out of the 64-bit range - at `{path}{where}`"
+
+
+# Field values that hold no integer: an id, a missing optional field, a flag.
+_LEAVES = frozenset({str, type(None), bool, float})
+
+
+def _out_of_range(value: Any) -> str | None:
+    """The path below `value` of its first integer outside 64 bits ("" for `value` itself), or
+    None. The path is built only for that integer, on the way back up: every frame is checked,
+    and naming each field it passed was most of the check's cost (docs/performance.md, "Issue
+    22: reconnect storms", sixth round)."""
     if isinstance(value, msgspec.Struct):
         for name in _typed_fields(type(value)):
-            problem = _unstorable(getattr(value, name), f"{path}.{name}")
-            if problem is not None:
-                return problem
+            field = getattr(value, name)
+            if type(field) in _LEAVES:  # most fields: nothing to look into
+                continue
+            where = _out_of_range(field)
+            if where is not None:
+                return f".{name}{where}"
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            problem = _unstorable(item, f"{path}[{index}]")
-            if problem is not None:
-                return problem
+            where = _out_of_range(item)
+            if where is not None:
+                return f"[{index}]{where}"
     elif isinstance(value, int) and not isinstance(value, bool):
         if not INT64_MIN <= value <= INT64_MAX:
-            return f"integer out of the 64-bit range - at `{path}`"
+            return ""
     return None
 
 

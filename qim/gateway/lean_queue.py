@@ -11,7 +11,9 @@ from typing import Any
 class LeanQueue:
     """Unbounded, first in first out; what daphne uses of asyncio.Queue: `put_nowait` (the
     protocol's side) and `get` (the application's `receive`). Items and waiting getters sit
-    in lists made on first use: a socket's queue is nearly always empty."""
+    in lists made when needed and dropped once empty: a socket's queue is nearly always empty,
+    and two empty lists per socket were two more objects for the collector to walk in every
+    pass (docs/performance.md, "Issue 22: reconnect storms", sixth round)."""
 
     __slots__ = ("_items", "_getters")
 
@@ -29,6 +31,8 @@ class LeanQueue:
         getters = self._getters
         while getters:
             waiter = getters.pop(0)
+            if not getters:
+                self._getters = None
             if not waiter.done():
                 waiter.set_result(item)
                 return
@@ -37,8 +41,12 @@ class LeanQueue:
         self._items.append(item)
 
     async def get(self) -> Any:
-        if self._items:
-            return self._items.pop(0)
+        items = self._items
+        if items:
+            item = items.pop(0)
+            if not items:
+                self._items = None
+            return item
         waiter = asyncio.get_running_loop().create_future()
         if self._getters is None:
             self._getters = []
@@ -57,3 +65,5 @@ class LeanQueue:
             self._items.insert(0, waiter.result())
         elif self._getters and waiter in self._getters:
             self._getters.remove(waiter)
+            if not self._getters:
+                self._getters = None

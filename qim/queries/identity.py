@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from qim.models import DeviceToken, token_digest
-from qim.queries.identity_rows import TokenRow, token_rows
+from qim.queries.identity_rows import TokenRow, live_digests, token_rows
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,12 @@ def live_token_for(token: str) -> DeviceToken | None:
 
 
 def live_digests_among(digests: list[str]) -> set[str]:
-    """Which of these token digests still authenticate (a node's periodic re-check)."""
+    """Which of these token digests still authenticate (a node's periodic re-check), read as
+    live_tokens() filters (qim/queries/identity_rows.py), 1 000 digests a statement."""
     live: set[str] = set()
+    issued_after = _issued_after()
     for start in range(0, len(digests), 1000):
-        live.update(live_tokens().filter(digest__in=digests[start : start + 1000]).values_list("digest", flat=True))
+        live |= live_digests(digests[start : start + 1000], issued_after)
     return live
 
 

@@ -9,13 +9,13 @@ exactly as it renders models."""
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from typing import Any
 
 from django.db import connection
 
 from qim.models import Conversation, MessageRecord, UserMailboxEntry
+from qim.stored_json import loads
 
 
 class Sender:
@@ -57,7 +57,7 @@ class EntryRow:
     def __init__(self, row: tuple[Any, ...]) -> None:
         (self.user_id, self.mailbox_seq, self.kind, self.conversation_id, control, self.origin_device_id,
          e2ee, message_pk) = row[:8]
-        self.control = json.loads(control) if isinstance(control, (str, bytes)) else control
+        self.control = loads(control) if isinstance(control, (str, bytes)) else control
         self.conversation = ConversationRow(e2ee)
         self.message = None if message_pk is None else RecordRow(self.conversation_id, row[8:])
 

@@ -154,3 +154,28 @@ def test_json_mode_turns_warnings_and_uncaught_exceptions_into_json_lines() -> N
     assert "a stray warning" in warning["message"]
     assert (uncaught["logger"], uncaught["message"]) == ("qim.uncaught", "uncaught exception in thread worker-1")
     assert "ZeroDivisionError" in uncaught["exc_info"]
+
+
+def test_a_frame_says_it_was_handled_at_debug_only() -> None:
+    """frame_scope's one line per frame, with the frame's context, only when DEBUG is on; the
+    frame's context is gone after it, also when the frame raised."""
+    frames = logging.getLogger("qim.gateway.frames")
+    lines = Lines(TextFormatter("%(levelname)s %(message)s"))
+    saved = frames.handlers, frames.level, frames.propagate
+    frames.handlers, frames.propagate = [lines], False
+    try:
+        frames.setLevel(logging.INFO)
+        with frame_scope("PING", "p1"):
+            assert current() == {"type": "PING", "req_id": "p1"}
+        frames.setLevel(logging.DEBUG)
+        try:
+            with frame_scope("SEND", "s2"):
+                raise KeyError("boom")
+        except KeyError:
+            pass
+    finally:
+        frames.handlers, frames.level, frames.propagate = saved
+        frames.manager._clear_cache()
+    assert current() == {}
+    [line] = lines.lines
+    assert line.startswith("DEBUG SEND handled in ") and line.endswith(" ms [frame=SEND req=s2]")
