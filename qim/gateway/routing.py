@@ -20,6 +20,10 @@ from django.urls import path as route_path
 
 from qim.gateway.origin import QimOriginValidator
 
+# Paths whose match is remembered: every client asks for the same one or two, and anything a
+# stranger sends is matched anew once this many are known.
+PATHS_KEPT = 64
+
 
 def parsed_origin(scope: dict[str, Any]) -> Any:
     """The Origin header as channels' OriginValidator parses it (the last one wins)."""
@@ -40,6 +44,7 @@ class WebSocketRoute:
         self.pattern = route_path(route, consumer_class).pattern
         self.consumer_class = consumer_class
         self.origins = QimOriginValidator(None, allowed_origins)
+        self._matched: dict[str, bool] = {}
 
     def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[Any]:
         if scope["type"] != "websocket":
@@ -51,4 +56,11 @@ class WebSocketRoute:
         return self.consumer_class()(scope, receive, send)
 
     def matches(self, path: str) -> bool:
-        return bool(self.pattern.match(path.lstrip("/")))
+        """The Django route pattern's answer, remembered per path (a regex and its converters
+        per connect otherwise)."""
+        known = self._matched.get(path)
+        if known is None:
+            known = bool(self.pattern.match(path.lstrip("/")))
+            if len(self._matched) < PATHS_KEPT:
+                self._matched[path] = known
+        return known
