@@ -16,6 +16,7 @@ from qim.gateway.daphne_checks import install as install_daphne_timers  # noqa: 
 from qim.gateway.handshake import install as cheapen_autobahn_handshake  # noqa: E402
 from qim.gateway.handshake_write import install as send_handshake_response_directly  # noqa: E402
 from qim.gateway.lean_connect import install as start_applications_without_deferreds  # noqa: E402
+from qim.gateway.lean_frames import install as read_plain_text_frames_directly  # noqa: E402
 from qim.gateway.lean_protocol import install as serve_autobahn_options_from_class  # noqa: E402
 from qim.gateway.lean_upgrade import install as upgrade_plain_requests_directly  # noqa: E402
 from qim.gateway.routing import WebSocketRoute  # noqa: E402
@@ -53,6 +54,9 @@ upgrade_plain_requests_directly()
 # daphne's onConnect starts the application by a plain call, not through three Deferreds
 # (qim/gateway/lean_connect.py).
 start_applications_without_deferreds()
+
+# A client's whole, small text frame read without autobahn's per-frame calls (qim/gateway/lean_frames.py).
+read_plain_text_frames_directly()
 
 # Inbound frames under 1 KiB unmasked without a CFFI masker each (qim/gateway/unmask.py).
 unmask_small_frames_in_python()
