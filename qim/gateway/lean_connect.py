@@ -15,6 +15,11 @@ the upgrade with an error) instead of leaving it to time out.
 daphne's WebSocket protocol and HTTP request define `__hash__` and `__eq__` in Python as
 identity (`hash(id(self))`, `id(self) == id(other)`): about ten Python calls per connect for the
 dicts and sets that hold them. `object`'s own hash and equality are that same identity, in C.
+
+autobahn's event mixin gives every socket a list of its event names and a dict of each event's
+last `fire` result, two objects the collector walks for the socket's life; nothing reads the
+results (`fire` writes them only when a listener is registered). The names are one shared tuple
+per list here, and the results a shared dict that drops what is written to it.
 """
 
 from __future__ import annotations
@@ -91,6 +96,26 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
     return self.handshake_deferred
 
 
+class DroppedResults(dict):  # type: ignore[type-arg]
+    """autobahn's `_results` that no one reads: what `fire` writes is dropped."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+NO_RESULTS = DroppedResults()
+_EVENT_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def set_valid_events(self: Any, valid_events: Any = None) -> None:
+    """autobahn's `ObservableMixin.set_valid_events`, shared: the names as one tuple per list."""
+    names = tuple(valid_events)
+    self._valid_events = _EVENT_NAMES.setdefault(names, names)
+    self._results = NO_RESULTS
+
+
 def install() -> bool:
     """Once, at start-up, before daphne accepts a WebSocket (qim/asgi.py); whether it did."""
     from daphne.http_protocol import WebRequest
@@ -99,6 +124,7 @@ def install() -> bool:
     if getattr(WebSocketProtocol, "qim_lean_connect", False):
         return False
     WebSocketProtocol.onConnect = on_connect
+    WebSocketProtocol.set_valid_events = set_valid_events
     for identity_hashed in (WebSocketProtocol, WebRequest):
         identity_hashed.__hash__ = object.__hash__
         identity_hashed.__eq__ = object.__eq__

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from django.db import connection
@@ -71,7 +71,36 @@ def _columns(model: type[Model], alias: str) -> list[tuple[Any, list[Any]]]:
 
 def _with_converters(field: Any, alias: str) -> tuple[Any, list[Any]]:
     column = field.get_col(alias)
-    return column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+    converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+    return column, [_text_datetimes_first(converter) for converter in converters]
+
+
+def _text_datetimes_first(converter: Any) -> Any:
+    """SQLite's datetime converter with the text SQLite hands back read first by
+    `_sqlite_datetime`; any other converter as it is."""
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    if getattr(converter, "__func__", None) is not DatabaseOperations.convert_datetimefield_value:
+        return converter
+    return partial(_sqlite_datetime, converter)
+
+
+def _sqlite_datetime(django_converter: Any, value: Any, expression: Any, db: Any) -> Any:
+    """Django's SQLite datetime conversion for the ISO text Django stores (three per AUTH's
+    token row): `datetime.fromisoformat`, which Django's `parse_datetime` tries first, then the
+    connection's time zone on a naive value when USE_TZ (`db.timezone` is None without it), as
+    `make_aware` does; without a settings read and two awareness checks per value. Anything
+    else goes through Django's converter."""
+    if type(value) is not str:
+        return django_converter(value, expression, db)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return django_converter(value, expression, db)
+    zone = db.timezone
+    if zone is None or parsed.tzinfo is not None:
+        return parsed
+    return parsed.replace(tzinfo=zone)
 
 
 def instance_from_db(model: type[Model], db_alias: str, values: list[Any]) -> Model:

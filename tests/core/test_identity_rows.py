@@ -1,13 +1,14 @@
 """AUTH's rows in process (qim/queries/identity_rows.py): the User and Tenant it builds without
 Model.__init__ are the instances Django's from_db and select_related build, a model with a
-post_init receiver still goes through from_db, and the re-check's live digests are
-live_tokens()'s."""
+post_init receiver still goes through from_db, SQLite's datetime text is read as Django reads it,
+and the re-check's live digests are live_tokens()'s."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models.signals import post_init
 from django.utils import timezone
 
@@ -15,7 +16,7 @@ from qim.actions.accounts import do_bootstrap_tenant, do_create_user, do_issue_t
 from qim.actions.credentials import do_deactivate_user, do_revoke_token
 from qim.models import DeviceToken, Tenant, User, token_digest
 from qim.queries.identity import live_digests_among, live_tokens
-from qim.queries.identity_rows import instance_from_db, token_rows
+from qim.queries.identity_rows import _sqlite_datetime, instance_from_db, token_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -89,3 +90,19 @@ def test_live_digests_are_live_tokens(settings, ttl_s: int) -> None:  # type: ig
     assert expected == ({live} if ttl_s else {live, old})
     assert live_digests_among(asked) == expected
     assert live_digests_among([]) == set()
+
+
+@pytest.mark.parametrize("text", ["2026-12-05 02:35:37.123456", "2026-12-05 02:35:37", "2026-12-05T02:35:37+02:00",
+                                  "2026-12-05T02:35:37Z", "2026-12-05", "2026-12-05 02:35:37,5", "not a date"])
+def test_sqlite_datetimes_read_as_djangos(text: str, settings) -> None:  # type: ignore[no-untyped-def]
+    django_converter = connection.ops.convert_datetimefield_value
+    for use_tz in (True, False):
+        settings.USE_TZ = use_tz
+        try:
+            expected = django_converter(text, None, connection)
+        except Exception as exc:  # Django's answer to text it cannot read: the same error
+            with pytest.raises(type(exc)):
+                _sqlite_datetime(django_converter, text, None, connection)
+            continue
+        got = _sqlite_datetime(django_converter, text, None, connection)
+        assert (got, getattr(got, "tzinfo", None)) == (expected, getattr(expected, "tzinfo", None)), (text, use_tz)
