@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from qim.gateway.patching import patch_once
+
 # daphne's format and its date format (daphne/access.py `write_entry`), in local time.
 LINE = '%s %s %s [%s] "%s" %s %s\n'
 DATE = "%d/%b/%Y:%H:%M:%S"
@@ -54,8 +56,4 @@ def install() -> bool:
     """Once, at start-up, on daphne's generator class (qim/asgi.py); answers whether it did."""
     from daphne.access import AccessLogGenerator
 
-    if getattr(AccessLogGenerator, "qim_second_stamp", False):
-        return False
-    AccessLogGenerator.__call__ = log_action
-    AccessLogGenerator.qim_second_stamp = True
-    return True
+    return patch_once(AccessLogGenerator, "qim_second_stamp", __call__=log_action)

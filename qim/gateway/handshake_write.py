@@ -19,6 +19,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
+from qim.gateway.patching import patch_once
 from qim.gateway.wire import HOLDING, release_held, send_or_queue, takes_writes, twisted_buffered
 
 CONNECTING = WebSocketProtocol.STATE_CONNECTING
@@ -49,8 +50,6 @@ def install() -> bool:
     """Once, at start-up, on daphne's WebSocket protocol (qim/asgi.py); answers whether it did."""
     from daphne.ws_protocol import WebSocketProtocol as DaphneWebSocketProtocol
 
-    if getattr(DaphneWebSocketProtocol, "qim_handshake_direct", False):
-        return False
     send_data = DaphneWebSocketProtocol.sendData
 
     def sendData(self: Any, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
@@ -60,6 +59,4 @@ def install() -> bool:
             send_data(self, data, sync, chopsize)
 
     sendData.__doc__ = send_data.__doc__
-    DaphneWebSocketProtocol.sendData = sendData
-    DaphneWebSocketProtocol.qim_handshake_direct = True
-    return True
+    return patch_once(DaphneWebSocketProtocol, "qim_handshake_direct", sendData=sendData)

@@ -33,6 +33,8 @@ from urllib.parse import unquote
 from daphne.utils import parse_x_forwarded_for
 from twisted.internet import defer
 
+from qim.gateway.patching import patch_once
+
 logger = logging.getLogger("daphne.ws_protocol")
 
 
@@ -121,12 +123,7 @@ def install() -> bool:
     from daphne.http_protocol import WebRequest
     from daphne.ws_protocol import WebSocketProtocol
 
-    if getattr(WebSocketProtocol, "qim_lean_connect", False):
-        return False
-    WebSocketProtocol.onConnect = on_connect
-    WebSocketProtocol.set_valid_events = set_valid_events
-    for identity_hashed in (WebSocketProtocol, WebRequest):
-        identity_hashed.__hash__ = object.__hash__
-        identity_hashed.__eq__ = object.__eq__
-    WebSocketProtocol.qim_lean_connect = True
-    return True
+    identity = {"__hash__": object.__hash__, "__eq__": object.__eq__}
+    patch_once(WebRequest, "qim_identity_hash", **identity)
+    return patch_once(WebSocketProtocol, "qim_lean_connect", onConnect=on_connect,
+                      set_valid_events=set_valid_events, **identity)

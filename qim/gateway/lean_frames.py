@@ -22,6 +22,7 @@ from typing import Any
 
 from autobahn.websocket.protocol import WebSocketProtocol
 
+from qim.gateway.patching import patch_once
 from qim.gateway.unmask import LARGE_FRAME
 
 OPEN = WebSocketProtocol.STATE_OPEN
@@ -101,8 +102,6 @@ def install() -> bool:
     """Once, at start-up, before the first socket (qim/asgi.py); whether it did."""
     from daphne.ws_protocol import WebSocketProtocol as DaphneWebSocketProtocol
 
-    if getattr(DaphneWebSocketProtocol, "qim_lean_frames", False):
-        return False
     process_data = DaphneWebSocketProtocol.processData
 
     def processData(self: Any) -> bool:
@@ -113,6 +112,4 @@ def install() -> bool:
         return process_data(self)
 
     processData.__doc__ = process_data.__doc__
-    DaphneWebSocketProtocol.processData = processData
-    DaphneWebSocketProtocol.qim_lean_frames = True
-    return True
+    return patch_once(DaphneWebSocketProtocol, "qim_lean_frames", processData=processData)

@@ -34,6 +34,7 @@ from twisted.internet import tcp
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
 from qim.gateway.node import get_node
+from qim.gateway.patching import patch_once
 
 MAX_REQUEST_BYTES = 8192
 MAX_HEADERS = 64
@@ -111,8 +112,4 @@ def install() -> bool:
     """Once, at start-up, before daphne accepts a connection (qim/asgi.py); whether it did."""
     from daphne.http_protocol import HTTPFactory
 
-    if getattr(HTTPFactory, "qim_lean_upgrade", False):
-        return False
-    HTTPFactory.protocol = _upgrading_channel
-    HTTPFactory.qim_lean_upgrade = True
-    return True
+    return patch_once(HTTPFactory, "qim_lean_upgrade", protocol=_upgrading_channel)
