@@ -17,6 +17,8 @@ from qim.gateway.daphne_timers import TICK_S, next_check_at, timers_of
 
 logger = logging.getLogger("daphne.server")
 NO_CONTEXT = contextvars.Context()
+# The scope's `asgi` entry, one dict for every scope (daphne made one per connection); read only.
+ASGI_3 = {"version": "3.0"}
 # Set on a protocol at its disconnect: daphne forgets it only then, so a due check asks this
 # attribute instead of `protocol in server.connections`, which calls daphne's Python __hash__
 # and __eq__ per due socket.
@@ -64,7 +66,7 @@ def create_application(self: Any, protocol: Any, scope: dict) -> LeanQueue | Non
     application marked for the checker."""
     assert "application_instance" not in self.connections[protocol]
     input_queue = LeanQueue()
-    scope.setdefault("asgi", {"version": "3.0"})
+    scope.setdefault("asgi", ASGI_3)
     application_instance = self.application(scope=scope, receive=input_queue.get,
                                             send=partial(self.handle_reply, protocol))
     if protocol not in self.connections:

@@ -9,7 +9,9 @@
 * daphne and autobahn keep the handshake's request, parsed headers and raw bytes on the
   protocol for the socket's whole life, about 2 KiB of an idle connection's memory
   (docs/performance.md, "Issue 22: density and idle cost"); nothing reads them after the
-  handshake but daphne's access log, which wants the path only (`release_handshake`).
+  handshake but daphne's access log, which wants the path only (`release_handshake`); the
+  empty lists of offered subprotocols and extensions, read only during the handshake, become
+  the shared empty tuple.
 * Twisted's HTTP channel that carried the upgrade request stays the TCP transport's
   registered producer, and with it the upgraded `Request`, its `Headers` and body buffer
   (about 1.5 KiB). After the upgrade that producer does nothing: its request never finishes
@@ -65,6 +67,11 @@ def install() -> None:
         module.hltype = module.hlval = _plain  # type: ignore[attr-defined]
 
 
+# autobahn's lists of the offered subprotocols and extensions and of the extensions in use,
+# read only while the handshake is processed; empty ones become the shared empty tuple.
+HANDSHAKE_LISTS = ("websocket_protocols", "websocket_extensions", "websocket_extensions_in_use")
+
+
 class RequestPath:
     """What daphne's access log reads of `protocol.request` after the handshake."""
 
@@ -96,6 +103,10 @@ def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
     headers = scope.get("headers")
     if isinstance(headers, list):
         headers.clear()  # the same list object daphne's clean_headers and each scope copy hold
+        scope["headers"] = protocol.clean_headers = ()
+    for name in HANDSHAKE_LISTS:
+        if protocol.__dict__.get(name) == []:
+            protocol.__dict__[name] = ()
     return True
 
 

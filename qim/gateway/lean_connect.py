@@ -10,7 +10,9 @@ the same scope from the same headers and calls the two directly. What differs is
 daphne got wrong around them: an application created for a socket that went away meanwhile
 (`create_application` answers None) is not handed a `websocket.connect` (daphne raised there
 and logged the AttributeError), and an error creating it fails the handshake (autobahn answers
-the upgrade with an error) instead of leaving it to time out.
+the upgrade with an error) instead of leaving it to time out. The scope's `client`, `server` and
+an empty `subprotocols` are tuples (ASGI asks for iterables), which hold nothing the collector
+must keep walking.
 
 daphne's WebSocket protocol and HTTP request define `__hash__` and `__eq__` in Python as
 identity (`hash(id(self))`, `id(self) == id(other)`): about ten Python calls per connect for the
@@ -59,8 +61,10 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
         peer = self.transport.getPeer()
         host = self.transport.getHost()
         if hasattr(peer, "host") and hasattr(peer, "port"):
-            self.client_addr = [str(peer.host), peer.port]
-            self.server_addr = [str(host.host), host.port]
+            # Tuples (daphne: lists): the scope's `client` and `server`, which the collector
+            # stops tracking once they hold only a string and an int.
+            self.client_addr = (str(peer.host), peer.port)
+            self.server_addr = (str(host.host), host.port)
         else:
             self.client_addr = None
             self.server_addr = None
@@ -72,7 +76,7 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
                 self.server.proxy_forwarded_proto_header,
                 self.client_addr,
             )
-        subprotocols = []
+        subprotocols: list[str] | tuple[()] = ()
         for header, value in self.clean_headers:
             if header == b"sec-websocket-protocol":
                 subprotocols = [x.strip() for x in unquote(value.decode("ascii")).split(",")]
