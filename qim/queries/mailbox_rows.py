@@ -18,48 +18,44 @@ from qim.models import Conversation, MessageRecord, UserMailboxEntry
 from qim.stored_json import loads
 
 
-class Sender:
-    __slots__ = ("username",)
-
-    def __init__(self, username: str) -> None:
-        self.username = username
-
-
-class ConversationRow:
-    __slots__ = ("e2ee",)
-
-    def __init__(self, e2ee: bool) -> None:
-        self.e2ee = bool(e2ee)
-
-
 class RecordRow:
-    """What qim/render.py reads of a MessageRecord."""
+    """What qim/render.py reads of a MessageRecord. It is its own `sender` (render reads the
+    sender's `username` only): one object per message row, not two, for the collector to walk
+    while a reconnect storm's SYNCs are in flight."""
 
-    __slots__ = ("tenant_id", "conversation_id", "conversation_seq", "message_id", "kind", "sender_id", "sender",
+    __slots__ = ("tenant_id", "conversation_id", "conversation_seq", "message_id", "kind", "sender_id", "username",
                  "sender_device_id", "content_type", "payload", "sent_at_ms", "state", "edited_at_ms",
                  "target_conversation_seq", "timeline_visible")
 
     def __init__(self, conversation_id: str, values: tuple[Any, ...]) -> None:
-        (self.tenant_id, self.conversation_seq, self.message_id, self.kind, self.sender_id, username,
+        (self.tenant_id, self.conversation_seq, self.message_id, self.kind, self.sender_id, self.username,
          self.sender_device_id, self.content_type, self.payload, self.sent_at_ms, self.state, self.edited_at_ms,
          self.target_conversation_seq, timeline_visible) = values
         self.conversation_id = conversation_id
-        self.sender = Sender(username)
         self.timeline_visible = bool(timeline_visible)
+
+    @property
+    def sender(self) -> "RecordRow":
+        return self
 
 
 class EntryRow:
-    """What qim/render.py and qim/queries/mailbox.py read of a UserMailboxEntry."""
+    """What qim/render.py and qim/queries/mailbox.py read of a UserMailboxEntry. It is its own
+    `conversation` (render reads the conversation's `e2ee` only), as RecordRow is its sender."""
 
     __slots__ = ("user_id", "mailbox_seq", "kind", "conversation_id", "control", "origin_device_id",
-                 "conversation", "message")
+                 "e2ee", "message")
 
     def __init__(self, row: tuple[Any, ...]) -> None:
         (self.user_id, self.mailbox_seq, self.kind, self.conversation_id, control, self.origin_device_id,
          e2ee, message_pk) = row[:8]
         self.control = loads(control) if isinstance(control, (str, bytes)) else control
-        self.conversation = ConversationRow(e2ee)
+        self.e2ee = bool(e2ee)
         self.message = None if message_pk is None else RecordRow(self.conversation_id, row[8:])
+
+    @property
+    def conversation(self) -> "EntryRow":
+        return self
 
 
 def _column(model: Any, name: str) -> str:
