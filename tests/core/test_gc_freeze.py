@@ -75,9 +75,10 @@ async def test_closed_sockets_garbage_is_collected_by_the_periodic_thaw(freezing
         await sock.writer.wait_closed()
     closed = wait_for(freezing, admin, lambda s: s["connections"] == 0, "sockets still open")
     thawed = wait_for(freezing, admin, lambda s: s["gc_thaws"] > closed["gc_thaws"], "no thaw after the closes")
-    # The thaws since they opened found the closed sockets' cycles (about 25 objects each;
-    # reference counting freed the rest at the close), and most of what the sockets held is no
-    # longer frozen (what stays: a device's cached token and lookups, about 40 objects each).
-    assert thawed["gc_thaws_found"] - opened["gc_thaws_found"] >= SOCKETS * 10, (opened, thawed)
+    # The thaws since they opened found the closed sockets' cycles (about 5 objects each; 25
+    # before the upgrade skipped Twisted's request and daphne's Deferreds; reference counting
+    # freed the rest at the close), and most of what the sockets held is no longer
+    # frozen (what stays: a device's cached token and lookups, about 40 objects each).
+    assert thawed["gc_thaws_found"] - opened["gc_thaws_found"] >= SOCKETS * 3, (opened, thawed)
     assert thawed["gc_frozen"] - before["gc_frozen"] < (opened["gc_frozen"] - before["gc_frozen"]) / 2, (
         before, opened, thawed)
