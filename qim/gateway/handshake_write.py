@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from autobahn.websocket.protocol import WebSocketProtocol
-from twisted.internet import tcp
 
 from qim.gateway.patching import patch_once
-from qim.gateway.wire import HOLDING, release_held, send_or_queue, takes_writes, twisted_buffered
+from qim.gateway.wire import HOLDING, plain_tcp, release_held, send_or_queue, takes_writes, twisted_buffered
 
 CONNECTING = WebSocketProtocol.STATE_CONNECTING
 
@@ -33,8 +32,7 @@ def direct(protocol: Any, data: bytes, sync: bool, chopsize: int | None) -> bool
         or sync
         or chopsize
         or len(protocol.send_queue)
-        or type(transport) is not tcp.Server
-        or getattr(transport, "TLS", False)
+        or not plain_tcp(transport)
         or not takes_writes(transport)
     ):
         return False

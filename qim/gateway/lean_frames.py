@@ -23,7 +23,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol
 
 from qim.gateway.patching import patch_once
-from qim.gateway.unmask import LARGE_FRAME
+from qim.gateway.unmask import LARGE_FRAME, xor_masked
 
 OPEN = WebSocketProtocol.STATE_OPEN
 FINAL_TEXT = 0x81  # FIN, no RSV bits, opcode 1
@@ -50,7 +50,7 @@ def read_plain_text_frame(protocol: Any) -> bool | None:
     end = start + size
     if size >= LARGE_FRAME or len(data) < end or over_limits(protocol, size):
         return None
-    payload = unmasked(data[start - 4:start], data[start:end])
+    payload = xor_masked(data[start - 4:start], data[start:end])
     if protocol.utf8validateIncoming:
         try:
             payload.decode("utf-8")
@@ -73,15 +73,6 @@ def read_plain_text_frame(protocol: Any) -> bool | None:
 def over_limits(protocol: Any, size: int) -> bool:
     frame_max, message_max = protocol.maxFramePayloadSize, protocol.maxMessagePayloadSize
     return (frame_max > 0 and size > frame_max) or (message_max > 0 and size > message_max)
-
-
-def unmasked(mask: bytes, payload: bytes) -> bytes:
-    """RFC 6455 §5.3: the payload XOR the 4-byte mask repeated, as one big-integer XOR."""
-    size = len(payload)
-    if not size:
-        return b""
-    key = (mask * ((size >> 2) + 1))[:size]
-    return (int.from_bytes(payload, "big") ^ int.from_bytes(key, "big")).to_bytes(size, "big")
 
 
 def takes_frames(protocol: Any) -> bool:

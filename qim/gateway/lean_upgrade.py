@@ -30,11 +30,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from twisted.internet import tcp
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
 from qim.gateway.node import get_node
 from qim.gateway.patching import patch_once
+from qim.gateway.wire import plain_tcp
 
 MAX_REQUEST_BYTES = 8192
 MAX_HEADERS = 64
@@ -76,7 +76,7 @@ def upgrade_directly(generic: _GenericHTTPChannelProtocol, data: bytes) -> bool:
     as daphne's `WebRequest.process` does; False (nothing done) for any other first read."""
     channel = generic._channel
     transport = channel.transport
-    if type(transport) is not tcp.Server or getattr(transport, "TLS", False):
+    if not plain_tcp(transport):
         return False
     query_string = is_plain_upgrade(data)
     if query_string is None:

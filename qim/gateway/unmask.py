@@ -39,8 +39,16 @@ class IntXorMasker:
         shift = self._ptr & 3
         key = self._mask[shift:] + self._mask[:shift] if shift else self._mask
         self._ptr += size
-        stream = (key * ((size >> 2) + 1))[:size]
-        return (int.from_bytes(data, "big") ^ int.from_bytes(stream, "big")).to_bytes(size, "big")
+        return xor_masked(key, data)
+
+
+def xor_masked(key: bytes, data: bytes) -> bytes:
+    """RFC 6455 §5.3: `data` XOR the 4-byte `key` repeated, as one big-integer XOR."""
+    size = len(data)
+    if not size:
+        return b""
+    stream = (key * ((size >> 2) + 1))[:size]
+    return (int.from_bytes(data, "big") ^ int.from_bytes(stream, "big")).to_bytes(size, "big")
 
 
 def install() -> None:

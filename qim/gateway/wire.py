@@ -125,9 +125,7 @@ class DaphneSocket:
         if not isinstance(protocol, WebSocketProtocol):
             return None
         transport = protocol.transport
-        # Exactly tcp.Server: a TLS transport (TLSMemoryBIOProtocol, or startTLS) must encrypt
-        # what it is given, and a subclass may buffer differently.
-        if type(transport) is not tcp.Server or getattr(transport, "TLS", False):
+        if not plain_tcp(transport):
             return None
         return cls(protocol, transport)
 
@@ -253,6 +251,13 @@ def release_held(protocol: Any) -> None:
         socket.release()
 
 
+def plain_tcp(transport: Any) -> bool:
+    """Exactly Twisted's TCP server transport, not encrypting: a TLS transport
+    (TLSMemoryBIOProtocol, or startTLS) must encrypt what it is given, and a subclass may
+    buffer differently, so only this one is written to or read from past Twisted's own paths."""
+    return type(transport) is tcp.Server and not getattr(transport, "TLS", False)
+
+
 def takes_writes(transport: tcp.Server) -> bool:
     """Twisted has neither closed nor begun to close the socket: bytes written now reach the
     peer. (DaphneSocket.write_now writes the same checks out, per member of a tick.)"""
@@ -283,8 +288,7 @@ def write_control(protocol: Any, data: bytes) -> bool:
     frame). Control frames are never compressed or fragmented, so compression does not matter."""
     transport = getattr(protocol, "transport", None)
     if (
-        type(transport) is not tcp.Server
-        or getattr(transport, "TLS", False)
+        not plain_tcp(transport)
         or protocol.state != STATE_OPEN
         or not takes_writes(transport)
         or protocol.send_state != SEND_STATE_GROUND

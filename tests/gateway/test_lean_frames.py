@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from qim.gateway.lean_frames import unmasked
+from qim.gateway.unmask import xor_masked
 from tests.conftest import QimDeployment
 from tests.core.credential_helpers import WAIT_S
 from tests.harness.raw_socket import OPCODE_PONG, OPCODE_TEXT, RawSocket, frames_in
@@ -113,4 +113,4 @@ async def test_bad_frames_drop_the_connection_as_autobahn_does(authed: RawSocket
 def test_unmasking_is_the_rfcs_xor() -> None:
     for size in (0, 1, 3, 4, 5, 125, 126, 1023):
         mask, payload = os.urandom(4), os.urandom(size)
-        assert unmasked(mask, payload) == bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        assert xor_masked(mask, payload) == bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
