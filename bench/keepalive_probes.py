@@ -1,6 +1,6 @@
 """An experiment, not a scenario (issue 22, idle CPU): do the kernel's TCP keepalive probes of
 many loopback sockets that went quiet together get lost, and does the node's keepalive
-schedule (qim/gateway/heartbeat.py `kernel_schedule`) keep those sockets open anyway?
+schedule (qim/server/heartbeat.py `kernel_schedule`) keep those sockets open anyway?
 
     python bench/keepalive_probes.py [N] [SECONDS]    # defaults: 9000 80
 
@@ -23,7 +23,7 @@ import os  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qim.settings")
 django.setup()
-from qim.gateway.heartbeat import KernelSchedule, kernel_schedule, set_kernel_keepalive  # noqa: E402
+from qim.server.heartbeat import KernelSchedule, kernel_schedule, set_kernel_keepalive  # noqa: E402
 
 
 def softnet_drops() -> int:

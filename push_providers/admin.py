@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
 
-from qim.admin_base import ReadableDatesAdmin
+from qim.admin.base import ReadableDatesAdmin
 from qim.errors import Refused
 from push_providers import validation
 from push_providers.actions import default_vapid_subject, do_delete_configs, do_generate_vapid, do_save_config

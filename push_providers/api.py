@@ -10,9 +10,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from qim.api import valid
+from qim.api.views import valid
 from qim.errors import Refused
-from qim.permissions import IsTenantAdmin
+from qim.api.permissions import IsTenantAdmin
 from push_providers import validation
 from push_providers.actions import (
     do_clear_provider,

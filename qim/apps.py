@@ -8,9 +8,9 @@ class QimConfig(AppConfig):
     verbose_name = "QIM core"
 
     def ready(self) -> None:
-        # The core's backends (qim/backends.py chooses memory or Redis for all of them).
+        # The core's backends (qim/infra/backends.py chooses memory or Redis for all of them).
         from qim.gateway.presence import register_presence_backend
-        from qim.ratelimit import register_rate_limit_backend
+        from qim.infra.ratelimit import register_rate_limit_backend
 
         register_presence_backend()
         register_rate_limit_backend()

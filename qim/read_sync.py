@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable
 
 from qim.actions.read_sync import flush_due_read_syncs
-from qim.background import every, spawn
+from qim.infra.background import every, spawn
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 
 logger = logging.getLogger(__name__)
 

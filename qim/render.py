@@ -7,7 +7,7 @@ from typing import Any
 from qim.clock import now_ms
 from qim.content_types import GENERIC_PLACEHOLDER, TEXT, rendering_policy
 from qim.models import Conversation, MessageRecord, UserMailboxEntry
-from qim.stored_json import loads
+from qim.infra.stored_json import loads
 from qim.windows import edit_deadline_ms, recall_deadline_ms
 
 PREVIEW_MAX_CHARS = 120

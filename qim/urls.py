@@ -5,8 +5,13 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from qim import api, api_data_protection, api_docs, api_tenant, readiness, web_client
-from qim.metrics.view import metrics
+from qim.api import data_protection as api_data_protection
+from qim.api import docs as api_docs
+from qim.api import tenant as api_tenant
+from qim.api import views as api
+from qim.api import web_client
+from qim.ops import readiness
+from qim.ops.metrics.view import metrics
 
 api_v1 = [
     path("auth/token", api.AuthTokenView.as_view(), name="auth-token"),
@@ -45,6 +50,6 @@ urlpatterns = [
     path("", web_client.index, name="web-client"),
 ]
 
-handler400 = "qim.api_errors.json_bad_request"
-handler404 = "qim.api_errors.json_not_found"
-handler500 = "qim.api_errors.json_server_error"
+handler400 = "qim.api.errors.json_bad_request"
+handler404 = "qim.api.errors.json_not_found"
+handler500 = "qim.api.errors.json_server_error"

@@ -21,7 +21,7 @@ class ReactionsConfig(AppConfig):
         from qim.hooks import conversation_purged
         from reactions.retention import purge_reactions
 
-        # Retention (qim/retention.py) takes the reactions of the messages it deletes.
+        # Retention (qim/ops/retention.py) takes the reactions of the messages it deletes.
         conversation_purged.register(purge_reactions)
 
         from django.db.models.signals import post_save
@@ -32,8 +32,8 @@ class ReactionsConfig(AppConfig):
         # A leave or removal on this node ends the member's REACTION_UPDATEs at once.
         post_save.connect(membership_saved, sender=MembershipInterval, dispatch_uid="reactions-member-cache")
 
-        # REACT batches and REACTION_UPDATE frames on /metrics (qim/metrics/sources.py).
-        from qim.metrics.sources import metrics_scraped
+        # REACT batches and REACTION_UPDATE frames on /metrics (qim/ops/metrics/sources.py).
+        from qim.ops.metrics.sources import metrics_scraped
         from reactions.metrics import reaction_metrics
 
         metrics_scraped.register(reaction_metrics)

@@ -9,7 +9,7 @@ import msgspec
 from qim.conf import limit
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.ratelimit import check_rate
+from qim.infra.ratelimit import check_rate
 from reactions.actions import ReactRequest
 from reactions.batcher import get_batcher
 

@@ -17,16 +17,16 @@ from collections.abc import Callable
 from typing import Protocol
 
 
-from qim.backends import make_backend, register_backend
-from qim.background import spawn
+from qim.infra.backends import make_backend, register_backend
+from qim.infra.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 from qim.gateway import codec
 from qim.gateway.node import get_node
 from qim.notify import UserPush
 from qim.queries.conversations import current_members
-from qim.redis_client import get_redis
+from qim.infra.redis_client import get_redis
 from reactions.member_cache import member_ids
 from reactions.models import MessageReactionSummary
 
@@ -142,7 +142,7 @@ def current_pusher() -> ReactionPusher | None:
 def get_pusher() -> ReactionPusher:
     global _pusher
     if _pusher is None:
-        _pusher = ReactionPusher(make_backend("reaction_windows"))  # qim/backends.py chooses
+        _pusher = ReactionPusher(make_backend("reaction_windows"))  # qim/infra/backends.py chooses
     return _pusher
 
 

@@ -12,7 +12,7 @@ from reactions.models import MessageReaction, MessageReactionSummary
 
 def purge_reactions(conversation_id: str, below_seq: int, batch: int, dry_run: bool) -> dict[str, int]:
     """Delete the reactions on seqs below `below_seq` of one conversation, a batch per
-    transaction (a summary takes its fingerprints along). Called by qim/retention.py after the
+    transaction (a summary takes its fingerprints along). Called by qim/ops/retention.py after the
     log rows went, so a REACT racing it finds no message and writes nothing new here."""
     deleted: Counter[str] = Counter()
     for rows in (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from qim.admin_base import ReadableDatesAdmin, ReadOnlyAdmin
+from qim.admin.base import ReadableDatesAdmin, ReadOnlyAdmin
 from qim.errors import Refused
 from registry.actions import InvalidType, do_create_type, do_update_type, registry_full, type_values
 from registry.models import CustomMessageType, CustomMessageTypeChange

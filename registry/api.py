@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from qim.errors import Refused
-from qim.permissions import Authenticated
+from qim.api.permissions import Authenticated
 from registry.actions import InvalidType, do_create_type, do_disable_type, do_update_type
 from registry.models import CustomMessageType
 from registry.serializers import CustomMessageTypeSerializer

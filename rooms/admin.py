@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 
-from qim.admin_base import ReadableDatesAdmin
+from qim.admin.base import ReadableDatesAdmin
 from rooms.live import LiveRoom, get_live_rooms
 from rooms.models import Room
 

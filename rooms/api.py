@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from qim.permissions import IsTenantAdmin
+from qim.api.permissions import IsTenantAdmin
 from rooms.actions import do_create_room, do_promote_room
 from rooms.ring import make_room_seq
 from rooms.queries import access_room

@@ -7,8 +7,8 @@ class RoomsConfig(AppConfig):
     name = "rooms"
 
     def ready(self) -> None:
-        # Writers held, ring items and epoch bumps on /metrics (qim/metrics/sources.py).
-        from qim.metrics.sources import metrics_scraped
+        # Writers held, ring items and epoch bumps on /metrics (qim/ops/metrics/sources.py).
+        from qim.ops.metrics.sources import metrics_scraped
         from rooms.metrics import room_metrics
 
         metrics_scraped.register(room_metrics)

@@ -18,7 +18,7 @@ import msgspec
 
 from qim.gateway import codec
 from qim.gateway.fit import split_list
-from qim.gateway.wire import TextFrame
+from qim.gateway.outbound import TextFrame
 
 logger = logging.getLogger(__name__)
 

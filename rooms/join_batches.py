@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from qim.batching import KeyedBatcher
+from qim.infra.batching import KeyedBatcher
 from qim.errors import Refused
 from qim.gateway.node_calls import UNKNOWN_OP
 from rooms.service import RoomService

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from qim.backends import register_backend
-from qim.redis_client import get_redis
+from qim.infra.backends import register_backend
+from qim.infra.redis_client import get_redis
 
 
 class LeaseStore(Protocol):
@@ -104,5 +104,5 @@ def node_of(holder: str) -> str:
 
 
 def register_lease_backend() -> None:
-    """The two lease stores (RoomsConfig.ready registers them, qim/backends.py chooses)."""
+    """The two lease stores (RoomsConfig.ready registers them, qim/infra/backends.py chooses)."""
     register_backend("room_leases", memory=MemoryLeaseStore, redis=lambda: RedisLeaseStore(get_redis))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from asgiref.sync import async_to_sync
 
 from qim.errors import Refused
-from qim.outage import outage_of
+from qim.infra.outage import outage_of
 from rooms.models import Room
 from rooms.leases import node_of
 from rooms.service import get_room_service, room_key

@@ -23,11 +23,11 @@ from typing import Any
 
 from django.conf import settings
 
-from qim.background import spawn
+from qim.infra.background import spawn
 from qim.conf import limit
 from qim.gateway.connection import Connection
 from qim.gateway.foreground import ForegroundWork
-from qim.gateway.wire import DIRECT, QUEUED, TextFrame
+from qim.gateway.outbound import DIRECT, QUEUED, TextFrame
 from rooms.batches import Batch
 from rooms.budget import RATE_SLACK, FrameBudget
 from rooms.local_room import Held, LocalRoom, Planned, TickPlan, room_batches
@@ -46,7 +46,7 @@ class LocalRooms:
         # Connections closed for holding too much, until their disconnect.
         self._dropped: set[Connection] = set()
         self.frames_pushed = 0
-        # Frames a tick wrote straight to the socket, by how (wire.DIRECT, wire.QUEUED),
+        # Frames a tick wrote straight to the socket, by how (outbound.DIRECT, outbound.QUEUED),
         # added to the node's counters once per tick.
         self._written = [0, 0, 0]
 
@@ -144,7 +144,7 @@ class LocalRooms:
 
     async def _write_tick(self, room: LocalRoom) -> None:
         # Encoded and framed once per member position: the same bytes go to every member
-        # sent up to the same room_seq (qim/gateway/wire.py, rooms/local_room.py TickPlan).
+        # sent up to the same room_seq (qim/server/wire.py, rooms/local_room.py TickPlan).
         plan, members, sent = TickPlan(room), room.members, room.sent_upto
         key, deferred, windows = room.key, self._deferred, self.budget.windows
         cap, max_buffered = self.budget.cap(), settings.QIM_MAX_OUTBOUND_BUFFER_BYTES
@@ -156,7 +156,7 @@ class LocalRooms:
         upto: int | None = None
         planned: Planned | None = None
         single: TextFrame | None = None
-        # The usual member's frames, by how they went (wire.DIRECT, wire.QUEUED), counted here
+        # The usual member's frames, by how they went (outbound.DIRECT, outbound.QUEUED), counted here
         # and added once per tick (issue 22: the per-frame cost).
         written = [0, 0, 0]
         try:

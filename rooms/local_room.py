@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 
 from qim.gateway.connection import Connection
-from qim.gateway.wire import TextFrame, outbound_frame_cap
+from qim.gateway.outbound import TextFrame, outbound_frame_cap
 from rooms.batches import Batch, encode_batches
 
 

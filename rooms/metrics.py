@@ -1,4 +1,4 @@
-"""The rooms' part of a /metrics scrape (qim/metrics/sources.py): writers held, ring items,
+"""The rooms' part of a /metrics scrape (qim/ops/metrics/sources.py): writers held, ring items,
 members here, epoch bumps, read from this node's RoomService when it has one."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 
 from qim.gateway.node import get_node
-from qim.metrics.sources import counter, gauge
+from qim.ops.metrics.sources import counter, gauge
 from rooms.service import current_room_service
 
 

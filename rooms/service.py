@@ -20,13 +20,13 @@ from django.conf import settings
 from django.db import transaction
 from ulid import ULID
 
-from qim.backends import make_backend
-from qim.background import every, spawn
+from qim.infra.backends import make_backend
+from qim.infra.background import every, spawn
 from qim.conf import limit
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_message_handler
-from qim.log_context import unbound
+from qim.infra.log_context import unbound
 from rooms.leases import LeaseStore, RedisLeaseStore, node_of
 from rooms.local import LocalRoom, LocalRooms
 from rooms.models import Room
@@ -285,7 +285,7 @@ def current_room_service() -> RoomService | None:
 def get_room_service() -> RoomService:
     global _service
     if _service is None:
-        leases: LeaseStore = make_backend("room_leases")  # qim/backends.py: memory or Redis
+        leases: LeaseStore = make_backend("room_leases")  # qim/infra/backends.py: memory or Redis
         _service = RoomService(get_node(), leases)
     return _service
 

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from qim.admin_base import ReadOnlyAdmin
+from qim.admin.base import ReadOnlyAdmin
 from rtc.models import CallRecord, VoipPushQuota
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
-from qim.backends import make_backend, register_backend
-from qim.redis_client import get_redis
+from qim.infra.backends import make_backend, register_backend
+from qim.infra.redis_client import get_redis
 
 RINGING, ACCEPTED, ENDED = "ringing", "accepted", "ended"
 COMPLETED, MISSED, REJECTED, CANCELLED, BUSY = "completed", "missed", "rejected", "cancelled", "busy"
@@ -378,7 +378,7 @@ _store: CallStore | None = None
 
 
 def get_call_store() -> CallStore:
-    """This process's store, of the family qim/backends.py chose (Redis or in process)."""
+    """This process's store, of the family qim/infra/backends.py chose (Redis or in process)."""
     global _store
     if _store is None:
         _store = make_backend("calls")

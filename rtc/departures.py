@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from qim.background import every, spawn
+from qim.infra.background import every, spawn
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.gateway.connection import Connection

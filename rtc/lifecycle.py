@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway.connection import Connection
 from qim.gateway.node import get_node

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from qim.background import every
+from qim.infra.background import every
 from qim.clock import now_ms
 from rtc.calls import Call, CallStore
 

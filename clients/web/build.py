@@ -31,7 +31,7 @@ def main() -> None:
     run([str(SDK / "node_modules" / ".bin" / "esbuild"), str(HERE / "src" / "main.js"), "--bundle",
          "--format=esm", "--platform=browser", "--target=es2020", "--log-level=warning",
          f"--outfile={staging / 'app.js'}"], HERE)
-    # The service worker is a classic script on its own: served at /sw.js (qim/web_client.py)
+    # The service worker is a classic script on its own: served at /sw.js (qim/api/web_client.py)
     # so its scope covers the whole site.
     run([str(SDK / "node_modules" / ".bin" / "esbuild"), str(HERE / "src" / "sw.js"), "--bundle",
          "--format=iife", "--platform=browser", "--target=es2020", "--log-level=warning",

@@ -14,7 +14,7 @@ from qim.clock import now_ms
 from qim.conf import limit
 from qim.content_types import EDIT, TEXT, rendering_policy
 from qim.errors import Refused
-from qim.faults import fault_point
+from qim.infra.faults import fault_point
 from qim.gateway import codec
 from qim.models import MessageRecord, User
 from qim.notify import UserPush, push_on_commit

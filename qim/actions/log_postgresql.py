@@ -1,6 +1,6 @@
 """A log append's writes on PostgreSQL in one round trip (issue #22): the conversation's head,
 the log rows, every recipient's mailbox rows and head, and the badges with the push-capable
-devices of the bumped users, sent as one multi-statement query (qim.db_statements).
+devices of the bumped users, sent as one multi-statement query (qim.infra.db_statements).
 
 They were four round trips, each waiting for the one before: the mailbox statement needed the
 log rows' ids from the INSERT's answer. It now reads them itself, by the seqs this append
@@ -40,7 +40,7 @@ from qim.actions.mailbox import (
     pushable_badges_statements,
     read_badge_rows,
 )
-from qim.db_statements import Statement, run_together
+from qim.infra.db_statements import Statement, run_together
 from qim.models import Conversation, MessageRecord
 
 # The heads' and badges' UPDATEs must lock their rows in ascending user order, which only the

@@ -15,7 +15,7 @@ from django.db.models import Q, QuerySet
 from qim.actions.log import LogRow, append_rows_to_log, lock_with_members
 from qim.clock import now_ms
 from qim.content_types import TypePolicy
-from qim.db_statements import run_together
+from qim.infra.db_statements import run_together
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
 from qim.queries.conversations import access_conversation, require_current_member

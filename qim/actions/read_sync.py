@@ -20,7 +20,7 @@ from qim.actions.mailbox import EntrySpec, write_mailbox_entries
 from qim.clock import now_ms as wall_clock_ms
 from qim.conf import limit
 from qim.content_types import READ
-from qim.faults import fault_point
+from qim.infra.faults import fault_point
 from qim.gateway import codec
 from qim.models import (
     Conversation,

@@ -15,7 +15,7 @@ from qim.actions.log import Appended, lock_conversation
 from qim.clock import now_ms
 from qim.content_types import RECALL
 from qim.errors import Refused
-from qim.faults import fault_point
+from qim.infra.faults import fault_point
 from qim.hooks import message_recalled
 from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User, UserBadgeState
 from qim.notify import UserPush, push_on_commit

@@ -11,7 +11,7 @@ from qim.actions.edit import check_edit_message
 from qim.actions.read_sync import MarkedRead, check_mark_read
 from qim.actions.recall import check_recall_message
 from qim.clock import now_ms
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.queries.conversations import access_conversation

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from qim.actions.messages import SendAck, SendRequest, do_send_messages
-from qim.batching import KeyedBatcher
+from qim.infra.batching import KeyedBatcher
 from qim.conf import limit
 from qim.clock import now_ms
 from qim.content_types import (
@@ -17,7 +17,7 @@ from qim.content_types import (
     TEXT,
     check_send_policy,
 )
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 from qim.errors import Refused
 from qim.gateway import codec
 from qim.gateway.connection import Connection
@@ -37,7 +37,7 @@ from qim.queries.conversations import (
 from qim.queries.conversation_list import ListCursor, conversation_page
 from qim.queries.mailbox import SyncPage, SyncRequest, sync_pages
 from qim.queries.retention import history_truncated
-from qim.ratelimit import check_rate, take_rate
+from qim.infra.ratelimit import check_rate, take_rate
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
@@ -128,7 +128,7 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
 
 
 # SENDs to one conversation queue on its row lock; the ones that arrive while a write runs
-# are checked and written together by the next (qim/batching.py).
+# are checked and written together by the next (qim/infra/batching.py).
 send_batcher: KeyedBatcher[str, SendRequest, SendAck] = KeyedBatcher("send", do_send_messages)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qim.gateway.wire import TextFrame
+    from qim.gateway.outbound import TextFrame
 
 UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's key for a user
 
@@ -27,8 +27,8 @@ class Connection:
     # A str, or a TextFrame framed once for many sockets (a room's batch).
     send_text: Callable[[str | TextFrame], Awaitable[None]]
     # A frame framed once for many sockets, written at once when the socket's direct path
-    # takes it, without a coroutine (a room's tick, per member): answers wire.DIRECT or
-    # wire.QUEUED, or 0 when `send_text` must be awaited instead (it decides: autobahn, the
+    # takes it, without a coroutine (a room's tick, per member): answers outbound.DIRECT or
+    # outbound.QUEUED, or 0 when `send_text` must be awaited instead (it decides: autobahn, the
     # 4429 close). The int is the most unread bytes the socket may hold. None: no such path,
     # or the socket is being closed (GatewayConsumer.direct_writer).
     write_now: Callable[[TextFrame, int], int] | None = None

@@ -20,7 +20,7 @@ from qim.gateway import codec
 from qim.gateway.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
-from qim.gateway.handshake import release_handshake
+from qim.server.handshake import release_handshake
 from qim.gateway.errors import error_frame, refusal_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
@@ -31,10 +31,11 @@ from qim.gateway.close_codes import (
     CLOSE_TOO_SLOW,
 )
 from qim.gateway.consumer_auth import AuthenticatingConsumer
-from qim.gateway.wire import DIRECT, HELD, QUEUED, DaphneSocket, TextFrame, twisted_buffered
-from qim.log_context import frame_scope
-from qim.metrics import instruments as metrics
-from qim.outage import outage_of
+from qim.gateway.outbound import DIRECT, HELD, QUEUED, TextFrame
+from qim.server.wire import DaphneSocket, twisted_buffered
+from qim.infra.log_context import frame_scope
+from qim.ops.metrics import instruments as metrics
+from qim.infra.outage import outage_of
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
 
     conn: Connection | None = None
     _auth_timer: asyncio.TimerHandle | None = None
-    # Daphne's socket under this consumer when pushes may bypass autobahn (qim/gateway/wire.py).
+    # Daphne's socket under this consumer when pushes may bypass autobahn (qim/server/wire.py).
     _socket: DaphneSocket | None = None
 
     async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
@@ -69,7 +70,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         self.scope = scope
         self.channel_layer = None
         self.base_send = send
-        # daphne's input queue (qim/gateway/lean_queue.py): how many messages wait behind this one.
+        # daphne's input queue (qim/server/lean_queue.py): how many messages wait behind this one.
         waiting = getattr(getattr(receive, "__self__", None), "qsize", None)
         try:
             while True:
@@ -86,7 +87,7 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
         """This message and the `behind` already queued after it (a pipelined reconnect's
         AUTH, SYNC and ROOM_JOIN, read at once), their replies held and written with one
         `send()` once the last is served: a reply waits at most for the serving of the
-        messages that were already there, never for a later read (qim/gateway/wire.py)."""
+        messages that were already there, never for a later read (qim/server/wire.py)."""
         socket = self._socket
         socket.hold()
         try:

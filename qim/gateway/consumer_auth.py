@@ -14,7 +14,7 @@ from ulid import ULID
 
 from qim.clock import now_ms
 from qim.conf import all_limits
-from qim.db_outage import is_database_unavailable
+from qim.infra.db_outage import is_database_unavailable
 from qim.errors import Refused
 from qim.gateway.auth_lookup import identity_for_auth
 from qim.gateway.close_codes import CLOSE_TRY_AGAIN_LATER, CLOSE_UNAUTHENTICATED
@@ -22,10 +22,10 @@ from qim.gateway.connection import Connection
 from qim.gateway.errors import error_frame, outage_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.node import get_node
-from qim.gateway.wire import outbound_frame_cap
-from qim.log_context import bind_connection
-from qim.metrics import instruments as metrics
-from qim.outage import outage_of
+from qim.gateway.outbound import outbound_frame_cap
+from qim.infra.log_context import bind_connection
+from qim.ops.metrics import instruments as metrics
+from qim.infra.outage import outage_of
 from qim.queries.identity import Identity, token_expires_at_ms
 
 logger = logging.getLogger("qim.gateway.consumer")

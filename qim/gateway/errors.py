@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from qim.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
-from qim.db_outage import RETRY_AFTER_MS, is_database_unavailable
+from qim.infra.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
+from qim.infra.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
-from qim.metrics.instruments import count_error
-from qim.outage import outage_of
+from qim.ops.metrics.instruments import count_error
+from qim.infra.outage import outage_of
 
 ERROR_CODES = frozenset(
     {
@@ -59,7 +59,7 @@ def unavailable_or_internal(error: BaseException, req_id: str | None) -> dict[st
 
 
 def outage_frame(req_id: str | None) -> dict[str, Any]:
-    """The answer to a frame whose handler found Redis unreachable (qim/outage.py)."""
+    """The answer to a frame whose handler found Redis unreachable (qim/infra/outage.py)."""
     return error_frame(
         "unavailable", "Redis is unreachable; retry later", req_id, retry_after_ms=RETRY_AFTER_MS
     )

@@ -13,7 +13,7 @@ from qim.gateway.node_hooks import node_message_handler, push_delivered_hooks
 from qim.gateway.node_path import NodePath
 from qim.gateway.presence import PresenceDirectory
 from qim.gateway.user_push import UserPush
-from qim.metrics.instruments import fanout_done
+from qim.ops.metrics.instruments import fanout_done
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from qim import gc_freeze, gc_pauses
-from qim.backends import make_backend
+from qim.ops import gc_freeze, gc_pauses
+from qim.infra.backends import make_backend
 from qim.conf import limit
 from qim.gateway.connection import Connection, UserKey
 from qim.gateway.fanout import FanOut
@@ -40,7 +40,7 @@ from qim.gateway.node_path import NODE_CHANNEL_PREFIX, NodePath, node_channel
 from qim.gateway.presence import PresenceDirectory
 from qim.gateway.presence_watch import PresenceWatch
 from qim.gateway.user_push import UserPush
-from qim.log_context import unbound
+from qim.infra.log_context import unbound
 
 # Where apps have always imported the registration decorators from.
 __all__ = [
@@ -201,9 +201,9 @@ class ConnectionNode:
             "gc_thresholds": list(gc.get_threshold()),
             # Passes the collector made per generation since start (young, middle, full).
             "gc_collections": [generation["collections"] for generation in gc.get_stats()],
-            # And the time those passes took, in milliseconds (qim/gc_pauses.py).
+            # And the time those passes took, in milliseconds (qim/ops/gc_pauses.py).
             "gc_pause_ms": gc_pauses.pause_ms(),
-            # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/gc_freeze.py).
+            # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/ops/gc_freeze.py).
             **gc_freeze.stats(),
         }
 
@@ -212,7 +212,7 @@ _node: ConnectionNode | None = None
 
 
 def make_directory() -> PresenceDirectory:
-    """The presence directory of the family qim/backends.py chose for this process."""
+    """The presence directory of the family qim/infra/backends.py chose for this process."""
     directory: PresenceDirectory = make_backend("presence")
     return directory
 

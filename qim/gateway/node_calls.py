@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from qim.background import spawn
+from qim.infra.background import spawn
 from qim.errors import Refused
 from qim.gateway.node_hooks import call_handler, has_call_handler, node_message_handler
 from qim.gateway.node_path import NodePath

@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from qim.backends import register_backend
+from qim.infra.backends import register_backend
 from qim.conf import limit
 from qim.gateway.connection import UserKey
-from qim.redis_client import get_redis
+from qim.infra.redis_client import get_redis
 
 
 class PresenceDirectory(Protocol):
@@ -301,7 +301,7 @@ class RedisPresenceDirectory:
 
 
 def register_presence_backend() -> None:
-    """The directory's two implementations (QimConfig.ready registers them, qim/backends.py)."""
+    """The directory's two implementations (QimConfig.ready registers them, qim/infra/backends.py)."""
     register_backend(
         "presence",
         memory=MemoryPresenceDirectory,

@@ -12,9 +12,9 @@ from typing import Any
 
 from django.conf import settings
 
-from qim.background import every
+from qim.infra.background import every
 from qim.clock import now_ms
-from qim.db import in_db_thread
+from qim.infra.db import in_db_thread
 from qim.gateway.connection import Connection
 from qim.gateway.node import ConnectionNode, node_message_handler, on_node_start
 from qim.gateway.credentials_watch import CredentialsWatch

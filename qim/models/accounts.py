@@ -15,7 +15,7 @@ class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     # Grows on every change to the tenant's custom message registry (protocol.md §6).
     registry_version = models.PositiveBigIntegerField(default=0)
-    # Messages older than this many seconds are deleted by `qim_retention` (qim/retention.py);
+    # Messages older than this many seconds are deleted by `qim_retention` (qim/ops/retention.py);
     # 0 keeps them forever, the default.
     message_retention_s = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

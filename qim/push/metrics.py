@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from qim.clock import now_ms as wall_clock_ms
-from qim.metrics.guard import check_scraper
-from qim.metrics.sources import gauge
+from qim.ops.metrics.guard import check_scraper
+from qim.ops.metrics.sources import gauge
 from qim.models import PushTask
 from qim.push.worker import Tally
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 
 from qim.models import Conversation, MessageRecord, UserMailboxEntry
-from qim.stored_json import loads
+from qim.infra.stored_json import loads
 
 
 class RecordRow:

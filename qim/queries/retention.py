@@ -1,4 +1,4 @@
-"""Whether retention (qim/retention.py) removed what a SYNC or HISTORY asked for.
+"""Whether retention (qim/ops/retention.py) removed what a SYNC or HISTORY asked for.
 
 Neither needs a mark of its own: mailbox_seq and conversation_seq are both allocated gap-free
 under a row lock in the transaction that writes the row, and only retention (or a user's or

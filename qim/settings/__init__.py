@@ -15,8 +15,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from qim.outage import resilient_options
-from qim.redis_topology import channel_layer_hosts
+from qim.infra.outage import resilient_options
+from qim.infra.redis_topology import channel_layer_hosts
 from qim.settings.environment import BASE_DIR, VAR_DIR, env
 from qim.settings.push import *  # noqa: F401,F403
 from qim.settings.redis_servers import *  # noqa: F401,F403
@@ -61,7 +61,7 @@ def _default_node_id() -> str:
 
 
 QIM_NODE_ID = env.str("QIM_NODE_ID", default="") or _default_node_id()
-# Tests only: crash at a named point (qim/faults.py).
+# Tests only: crash at a named point (qim/infra/faults.py).
 QIM_FAULT = env.str("QIM_FAULT", default="")
 
 # --- apps ---------------------------------------------------------------------
@@ -87,7 +87,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "qim.nul_guard.RefuseNulMiddleware",
+    "qim.api.nul_guard.RefuseNulMiddleware",
     # Static files (the admin's, the API docs', the web client's) from STATIC_ROOT: hashed
     # names, gzip/brotli copies, far-future caching; placed before everything else that
     # would spend a session or a database query on them (whitenoise's documented place).
@@ -138,12 +138,12 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     if _db["NAME"] not in ("", ":memory:"):
         Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 # A server process checkpoints SQLite's WAL from a thread this often instead of inside
-# commits (qim/sqlite_checkpoints.py); 0 leaves it to SQLite's automatic checkpoints.
+# commits (qim/ops/sqlite_checkpoints.py); 0 leaves it to SQLite's automatic checkpoints.
 QIM_SQLITE_CHECKPOINT_INTERVAL_S = env.float("QIM_SQLITE_CHECKPOINT_INTERVAL_S", default=1.0)
 # Frame handlers run ORM work in executor threads; keep their connections open.
 _db["CONN_MAX_AGE"] = None
 _db["CONN_HEALTH_CHECKS"] = True
-# ... but a DB-thread call (qim/db.py) skips Django's `SELECT 1` health check when its
+# ... but a DB-thread call (qim/infra/db.py) skips Django's `SELECT 1` health check when its
 # connection answered a query less than this long ago without an error: a round trip less on
 # every frame under load (issue #22). A failed call's connection is checked at its end as
 # before; 0 checks on every call, as Django does.
@@ -180,7 +180,7 @@ if QIM_REDIS_URL:
             "CONFIG": {
                 # Reads must outlive channels-redis' 5 s blocking pop on an idle node channel
                 # (redis-py 8 would otherwise time out at the same 5 s and log an error).
-                # Retries on a connection broken by a redis-server restart (qim/outage.py). Its
+                # Retries on a connection broken by a redis-server restart (qim/infra/outage.py). Its
                 # pool does not wait for a free connection: redis-py 8 caps a pool at 100 and
                 # raises MaxConnectionsError past it, which a node met with 200 joins at once.
                 "hosts": channel_layer_hosts(
@@ -208,13 +208,13 @@ else:
 
 # --- REST -----------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["qim.api_auth.DeviceTokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["qim.api.auth.DeviceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # The API speaks JSON only (protocol.md §3): a form or multipart body answers 415, and no
     # multipart parser runs on what a stranger sends.
-    "DEFAULT_PARSER_CLASSES": ["qim.api_parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["qim.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "qim.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "qim.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -231,8 +231,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "qim.api_schema.add_plain_views",
-        "qim.api_schema.add_error_responses",
+        "qim.api.schema.add_plain_views",
+        "qim.api.schema.add_error_responses",
     ],
 }
 
@@ -267,11 +267,11 @@ QIM_LOG_FORMAT = env.str("QIM_LOG_FORMAT", default="text").strip().lower() or "t
 if QIM_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"QIM_LOG_FORMAT must be text or json, not {QIM_LOG_FORMAT!r}")
 if QIM_LOG_FORMAT == "json":
-    from qim.log_context import capture_stray_output
+    from qim.infra.log_context import capture_stray_output
 
     capture_stray_output()
 _LOG_FORMATTERS = {
-    "text": {"()": "qim.log_context.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    "text": {"()": "qim.infra.log_context.TextFormatter", "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     "json": {
         "()": "pythonjsonlogger.json.JsonFormatter", "fmt": "%(levelname)s %(name)s %(message)s",
         "rename_fields": {"levelname": "level", "name": "logger"}, "timestamp": "time",
@@ -283,22 +283,22 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": _LOG_FORMATTERS[QIM_LOG_FORMAT]},
     # An outage (database away, Redis unreachable) is logged as one WARNING line per failure,
-    # not as a crash (qim/db_outage.py, qim/outage.py). `log_context` adds node_id and the
-    # connection and frame being handled (qim/log_context.py).
+    # not as a crash (qim/infra/db_outage.py, qim/infra/outage.py). `log_context` adds node_id and the
+    # connection and frame being handled (qim/infra/log_context.py).
     "handlers": {"console": {
         "class": "logging.StreamHandler", "formatter": "plain",
         "filters": ["database_unavailable", "redis_outage", "log_context"],
     }},
     "filters": {
-        "log_context": {"()": "qim.log_context.ContextFilter"},
-        "without_traceback": {"()": "qim.log_filters.WithoutTraceback"},
-        "database_unavailable": {"()": "qim.db_outage.DatabaseUnavailableFilter"},
-        "redis_outage": {"()": "qim.outage.RedisOutageFilter"},
+        "log_context": {"()": "qim.infra.log_context.ContextFilter"},
+        "without_traceback": {"()": "qim.infra.log_filters.WithoutTraceback"},
+        "database_unavailable": {"()": "qim.infra.db_outage.DatabaseUnavailableFilter"},
+        "redis_outage": {"()": "qim.infra.outage.RedisOutageFilter"},
     },
     "root": {"handlers": ["console"], "level": env.str("QIM_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
-        # A disallowed Host header is answered 400 (qim/api_errors.py); one line, no traceback.
+        # A disallowed Host header is answered 400 (qim/api/errors.py); one line, no traceback.
         "django.security.DisallowedHost": {"filters": ["without_traceback"]},
         # The HTTP clients of the push providers log request URLs (APNs device tokens, Web
         # Push endpoints) at INFO and headers (provider JWTs, OAuth tokens) at DEBUG: secrets.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from qim.settings.environment import env
 
-# Retention (qim/retention.py): how many rows `qim_retention` deletes per transaction (short
+# Retention (qim/ops/retention.py): how many rows `qim_retention` deletes per transaction (short
 # transactions, so SENDs never wait long on its locks). The retention itself is per tenant
 # (Tenant.message_retention_s, 0 = keep forever), set in the admin or over REST.
 QIM_RETENTION_BATCH = env.int("QIM_RETENTION_BATCH", default=1000)
@@ -14,7 +14,7 @@ QIM_RETENTION_BATCH = env.int("QIM_RETENTION_BATCH", default=1000)
 QIM_REGISTRY_MAX_AGE_S = env.float("QIM_REGISTRY_MAX_AGE_S", default=1.0)
 # How often each node finishes recalls and edits whose second step never ran (a node that
 # died between the steps, a step that failed), among those of the last 10 minutes
-# (qim/recovery.py); 0 leaves it to node starts and `qim_recover`.
+# (qim/ops/recovery.py); 0 leaves it to node starts and `qim_recover`.
 QIM_RECOVERY_INTERVAL_S = env.float("QIM_RECOVERY_INTERVAL_S", default=60.0)
 # How many types (built-in and disabled ones included) one tenant's registry may hold: the
 # REGISTRY reply carries them all in one frame, 300 bytes to 1 KiB each (long names and
@@ -33,14 +33,14 @@ QIM_ROOM_WRITER_IDLE_S = env.float("QIM_ROOM_WRITER_IDLE_S", default=3600.0)
 # revocation notice never reached the node.
 QIM_TOKEN_TTL_S = env.float("QIM_TOKEN_TTL_S", default=0.0)
 QIM_TOKEN_RECHECK_S = env.float("QIM_TOKEN_RECHECK_S", default=30.0)
-# Prometheus metrics (qim/metrics/, docs/operations.md "Metrics"). With a token, /metrics (on
+# Prometheus metrics (qim/ops/metrics/, docs/operations.md "Metrics"). With a token, /metrics (on
 # every node, and on the push worker) answers only `Authorization: Bearer <token>`; empty, it
 # answers only loopback clients that did not come through a proxy. The push worker serves its
 # own /metrics on QIM_WORKER_METRICS_PORT (0: none), bound to QIM_WORKER_METRICS_BIND.
 QIM_METRICS_TOKEN = env.str("QIM_METRICS_TOKEN", default="")
 QIM_WORKER_METRICS_PORT = env.int("QIM_WORKER_METRICS_PORT", default=0)
 QIM_WORKER_METRICS_BIND = env.str("QIM_WORKER_METRICS_BIND", default="127.0.0.1")
-# POST auth/token attempts (qim/login_throttle.py), in the `limits` library's notation
+# POST auth/token attempts (qim/api/login_throttle.py), in the `limits` library's notation
 # ("10/minute", "100 per hour"), counted per tenant+username and per client address.
 QIM_AUTH_TOKEN_RATE_PER_ACCOUNT = env.str("QIM_AUTH_TOKEN_RATE_PER_ACCOUNT", default="10/minute")
 QIM_AUTH_TOKEN_RATE_PER_ADDRESS = env.str("QIM_AUTH_TOKEN_RATE_PER_ADDRESS", default="60/minute")
@@ -57,7 +57,7 @@ QIM_MAX_INBOUND_FRAME_DEPTH = 32
 # they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
 # "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
 QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
-# Freeze what each middle or full collector pass leaves alive (qim/gc_freeze.py), so that the
+# Freeze what each middle or full collector pass leaves alive (qim/ops/gc_freeze.py), so that the
 # old generation stays empty and no pass rescans every socket's objects; with it the middle
 # threshold defaults to 1 (below). Off by default: it moved the collector's big passes out of a
 # 10 000-member room's traffic (p99 lower in four of four pairs), but cost about 1.5 KiB per idle
@@ -91,7 +91,7 @@ QIM_GC_UNFREEZE_GROWTH = env.float("QIM_GC_UNFREEZE_GROWTH", default=1.0)
 # one event per frame; the per-frame benchmark), still at most room_outbound_frame_rate
 # frames per connection: what the budget refuses waits, one event per frame still.
 QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
-# WebSocket keepalive (qim/gateway/heartbeat.py, daphne_timers.py; docs/performance.md "Issue 22:
+# WebSocket keepalive (qim/server/heartbeat.py, daphne_timers.py; docs/performance.md "Issue 22:
 # density and idle cost"): an idle socket gets a keepalive frame after this many seconds without
 # a frame from its client. 25 s by default because what a user sees depends on it: a client
 # that vanished without closing (a phone losing its network) is seen offline, and its messages
@@ -100,7 +100,7 @@ QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
 # balancers), as do many mobile NATs. Raise it where none of that applies. 0: daphne's own
 # --ping-interval.
 QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=25.0)
-# Which keepalive (qim/gateway/heartbeat.py). "auto" (the default) chooses per socket: one whose
+# Which keepalive (qim/server/heartbeat.py). "auto" (the default) chooses per socket: one whose
 # upgrade came through an HTTP proxy (a Forwarded, X-Forwarded-*, X-Real-IP or Via header) gets
 # "pong", any other "tcp". "pong": an unsolicited Pong (RFC 6455 §5.5.3, a unidirectional
 # heartbeat every client library ignores), pre-framed and written straight to the socket, no

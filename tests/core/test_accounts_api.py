@@ -92,6 +92,6 @@ def test_openapi_schema_and_docs_are_served(acme: TenantHandle) -> None:
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/api/v1/auth/token" in paths and "/api/v1/users" in paths
-    # A plain Django view, declared by hand (qim/api_schema.py); the REST fuzzer checks its answers.
+    # A plain Django view, declared by hand (qim/api/schema.py); the REST fuzzer checks its answers.
     assert {"200", "503"} <= set(paths["/api/v1/ready"]["get"]["responses"])
     assert api(acme.node, "GET", "docs/").status_code == 200

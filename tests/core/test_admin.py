@@ -62,7 +62,7 @@ def test_the_contract_models_are_in_the_admin_read_only(operator_client: Client)
 
 
 def test_every_registered_admin_list_and_its_date_filters_render(operator_client: Client) -> None:
-    """Every app's admin (all built on qim.admin_base) renders its list, and each of its
+    """Every app's admin (all built on qim.admin.base) renders its list, and each of its
     `*_ms` date filters answers: a mistake in the shared base would break them all at once."""
     from django.contrib import admin
     from django.urls import reverse

@@ -162,7 +162,7 @@ def test_the_checks_see_what_they_check():
     """Guards the two tests above against passing vacuously (a wrong root, a broken resolver)."""
     graph = import_graph()
     assert {"qim.gateway.consumer", "rooms.frames", "registry.cache"} <= set(graph)
-    assert "qim.db" in graph["qim.actions.log"] or any(
+    assert "qim.infra.db" in graph["qim.actions.log"] or any(
         t.startswith("qim.") for t in graph["qim.actions.log"]
     )
     toy = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}

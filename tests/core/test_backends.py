@@ -1,4 +1,4 @@
-"""One place chooses the backends (qim/backends.py, issue #20): a process gets every backend
+"""One place chooses the backends (qim/infra/backends.py, issue #20): a process gets every backend
 from the same family, in process when embedded and Redis when QIM_REDIS_URL is set, and no
 other module decides on its own."""
 
@@ -16,9 +16,9 @@ from tests.harness.qim_process import REPO, process_env
 PRINT_BACKENDS = """
 import asyncio, json, django
 django.setup()
-from qim.backends import backend_family, registered_backends
+from qim.infra.backends import backend_family, registered_backends
 from qim.gateway.node import get_node
-from qim.ratelimit import _limiter
+from qim.infra.ratelimit import _limiter
 from reactions.pusher import get_pusher
 from rooms.service import get_room_service
 from rtc.calls import get_call_store
@@ -71,7 +71,7 @@ def test_process_with_redis_gets_every_backend_in_redis(tmp_path) -> None:
 
 def test_only_the_connection_factory_and_settings_read_the_redis_url() -> None:
     """A sixth `if settings.QIM_REDIS_URL` would let one backend disagree with the others."""
-    allowed = {"qim.settings", "qim.redis_client"}
+    allowed = {"qim.settings", "qim.infra.redis_client"}
     readers = []
     for module, path in project_modules().items():
         if module in allowed or module.startswith("tests"):
@@ -79,4 +79,4 @@ def test_only_the_connection_factory_and_settings_read_the_redis_url() -> None:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Attribute) and node.attr == "QIM_REDIS_URL":
                 readers.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert not readers, "choose backends in qim/backends.py, not here:\n" + "\n".join(readers)
+    assert not readers, "choose backends in qim/infra/backends.py, not here:\n" + "\n".join(readers)

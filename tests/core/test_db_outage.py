@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.db import utils as db_utils
 
-from qim.db_outage import DatabaseUnavailableFilter, is_database_unavailable
+from qim.infra.db_outage import DatabaseUnavailableFilter, is_database_unavailable
 from qim.gateway.errors import unavailable_or_internal
 from tests.harness.services import free_port
 

@@ -141,7 +141,7 @@ async def test_a_line_logged_from_an_orm_thread_names_the_frame(
         [line] = [line for line in node.log_path.read_text().splitlines() if "QIM_FAULT=edit.after_log" in line]
         if log_format == "json":
             record = json.loads(line)
-            assert (record["level"], record["logger"], record["node_id"]) == ("CRITICAL", "qim.faults", node.node_id)
+            assert (record["level"], record["logger"], record["node_id"]) == ("CRITICAL", "qim.infra.faults", node.node_id)
             assert context_of(record) == {"tenant": "acme", "user_id": alice.user_id, "device_id": "phone",
                                           "connection_id": ok["connection_id"], "type": "EDIT", "req_id": "e1"}
         else:

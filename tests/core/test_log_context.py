@@ -1,4 +1,4 @@
-"""The log context (qim/log_context.py) through the formatters the settings configure: a line
+"""The log context (qim/infra/log_context.py) through the formatters the settings configure: a line
 logged in an ORM-style thread while a frame is handled names the socket and the frame, a
 traceback stays inside one JSON field, a node's loops started under `unbound()` name nobody,
 and QIM_LOG_FORMAT accepts text and json only. End-to-end on a real node: test_json_logs.py."""
@@ -15,9 +15,9 @@ from dataclasses import replace
 from django.conf import settings
 from pythonjsonlogger.json import JsonFormatter
 
-from qim.batching import KeyedBatcher
+from qim.infra.batching import KeyedBatcher
 from qim.gateway.connection import Connection
-from qim.log_context import ContextFilter, TextFormatter, bind_connection, current, frame_scope, unbound
+from qim.infra.log_context import ContextFilter, TextFormatter, bind_connection, current, frame_scope, unbound
 from tests.harness.qim_process import REPO, process_env
 
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from django.test import Client
 
-import qim.export
-import qim.retention
+import qim.ops.export
+import qim.ops.retention
 from qim.actions.accounts import do_bootstrap_tenant, do_create_user
 from qim.actions.conversations import do_create_conversation
 from qim.clock import now_ms
@@ -54,12 +54,12 @@ def populate(tenant_name: str, users: int, groups: int, sent_at_ms: int) -> tupl
 
 
 def test_the_export_pages_through_more_rows_than_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(qim.export, "PAGE", 3)
+    monkeypatch.setattr(qim.ops.export, "PAGE", 3)
     tenant, conversations = populate("acme", users=7, groups=4, sent_at_ms=now_ms())
     populate("globex", users=2, groups=1, sent_at_ms=now_ms())
     out = io.StringIO()
 
-    counts = qim.export.export_tenant(tenant, out)
+    counts = qim.ops.export.export_tenant(tenant, out)
 
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert counts == {"user": 8, "device": 1, "conversation": 4, "membership": 32, "message": 12}
@@ -69,7 +69,7 @@ def test_the_export_pages_through_more_rows_than_a_page(monkeypatch: pytest.Monk
 
 
 def test_retention_pages_through_more_users_and_conversations_than_a_page(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(qim.retention, "ID_PAGE", 2)
+    monkeypatch.setattr(qim.ops.retention, "ID_PAGE", 2)
     now = now_ms()
     tenant, conversations = populate("acme", users=5, groups=5, sent_at_ms=now - 2 * DAY_MS)
     other, _ = populate("globex", users=2, groups=1, sent_at_ms=now - 2 * DAY_MS)
@@ -77,7 +77,7 @@ def test_retention_pages_through_more_users_and_conversations_than_a_page(monkey
     Tenant.objects.filter(pk__in=[tenant.pk, other.pk]).update(message_retention_s=24 * 3600)
     tenant.refresh_from_db()
 
-    report = qim.retention.apply_retention(tenant, batch=4, now=now)
+    report = qim.ops.retention.apply_retention(tenant, batch=4, now=now)
 
     assert report.deleted["qim.MessageRecord"] == 15 and report.conversations == 5
     assert report.deleted["qim.UserMailboxEntry"] == 15 * 6

@@ -80,7 +80,7 @@ def test_multi_node_settings(tmp_path) -> None:
     # channels-redis drops on full channels and forgets after `expiry`: ours are explicit.
     assert seen["layer_config"]["capacity"] >= 1000
     assert seen["layer_config"]["channel_capacity"]["qim.node.*"] >= 10000
-    # Its connections retry after a redis-server restart (qim/outage.py), like ours.
+    # Its connections retry after a redis-server restart (qim/infra/outage.py), like ours.
     [host] = seen["layer_config"]["hosts"]
     assert "Retry" in host["retry"] and host["health_check_interval"] > 0
     assert seen["node"] == "node-a"

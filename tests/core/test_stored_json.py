@@ -1,4 +1,4 @@
-"""qim.stored_json.loads answers every text as json.loads does: the same value (and type), or
+"""qim.infra.stored_json.loads answers every text as json.loads does: the same value (and type), or
 the same exception, including the texts msgspec refuses and the stdlib takes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from qim.stored_json import loads
+from qim.infra.stored_json import loads
 
 EDGES = [
     '{"text": "hi", "n": 3}', '{"a": 1, "a": 2}', "123456789012345678901234567890",

@@ -13,7 +13,7 @@ from tests.harness.redis_server import RedisServer
 
 # pytest-redis starts redis-server with `timeout 15`: connections idle for 15 s are closed by
 # the server, and a node's pooled Redis connection then fails its next command once (redis-py
-# does not retry by default; the fix, a retrying client, is qim/outage.py on branch
+# does not retry by default; the fix, a retrying client, is qim/infra/outage.py on branch
 # faultsredis). These scenarios inject one fault each, the database or a node; so that no
 # second fault sneaks in, their nodes share this Redis, which keeps idle connections (an
 # hour is far longer than any test here), as redis-server does by default.

@@ -64,7 +64,7 @@ async def test_pushes_dropped_on_a_full_channel_are_healed_by_sync_and_replay(sm
         # had pending in Redis when it was stopped (Redis hands it to the stopped client's
         # socket). Every other message to node 2 is refused and counted.
         assert dropped(small_channels, n1) >= 2 * SENDS - CAPACITY - 1
-        # /metrics counts the same drops (qim/metrics/collector.py).
+        # /metrics counts the same drops (qim/ops/metrics/collector.py).
         assert scrape(f"{n1.http_url}/metrics").value("qim_channel_full_total") >= 2 * SENDS - CAPACITY - 1
     finally:
         os.kill(n2.process.pid, signal.SIGCONT)

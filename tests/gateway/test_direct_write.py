@@ -1,4 +1,4 @@
-"""Pushes and replies written straight to daphne's transport (qim/gateway/wire.py), over real
+"""Pushes and replies written straight to daphne's transport (qim/server/wire.py), over real
 sockets: the frames are well-formed, keep their order with frames Twisted had to queue, a batch
 larger than the socket buffers arrives whole, and a TLS socket takes autobahn's path."""
 

@@ -1,4 +1,4 @@
-"""autobahn's log arguments cost nothing unless a line is written (qim/gateway/handshake.py):
+"""autobahn's log arguments cost nothing unless a line is written (qim/server/handshake.py):
 its configuration's pformat becomes a repr made only when formatted, hltype and hlval give
 the object itself. A written line still says what it is about, a dropped debug line formats
 nothing, and autobahn's `Timings` still prints. Real autobahn, txaio and Twisted logging in
@@ -13,7 +13,7 @@ import autobahn.websocket.protocol as protocol
 import txaio
 from twisted.logger import formatEvent
 
-from qim.gateway.handshake import DeferredText, install
+from qim.server.handshake import DeferredText, install
 
 txaio.use_twisted()
 install()

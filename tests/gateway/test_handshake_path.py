@@ -1,6 +1,6 @@
-"""The opening handshake's response sent with one `send()` (qim/gateway/handshake_write.py),
-daphne's access log stamped once a second (qim/gateway/access_log.py) and a plain upgrade
-request handed straight to autobahn (qim/gateway/lean_upgrade.py), on a real daphne node over
+"""The opening handshake's response sent with one `send()` (qim/server/handshake_write.py),
+daphne's access log stamped once a second (qim/server/access_log.py) and a plain upgrade
+request handed straight to autobahn (qim/server/lean_upgrade.py), on a real daphne node over
 raw sockets: the 101 arrives whole and the frames after it intact; a refused origin, an
 oversize header block and a request that is no WebSocket are answered as before; HTTP on the
 same port still works; the access log's lines are daphne's, byte for byte."""
@@ -23,7 +23,7 @@ import httpx
 import pytest
 from websockets.utils import accept_key
 
-from qim.gateway.access_log import log_action
+from qim.server.access_log import log_action
 from tests.conftest import QimDeployment, start_embedded
 
 # daphne's NCSA-like line (daphne/access.py): host ident user [date] "request" status length
@@ -116,7 +116,7 @@ async def test_an_oversize_header_block_and_a_bad_upgrade_are_refused(node: QimD
 
 
 async def test_a_plain_upgrade_goes_straight_to_autobahn_any_other_through_daphne(node: QimDeployment) -> None:
-    """qim/gateway/lean_upgrade.py: a boring request in one read skips Twisted's request and
+    """qim/server/lean_upgrade.py: a boring request in one read skips Twisted's request and
     daphne's rewrite (counted); a header sent twice or a request cut across reads takes their
     path; each gets its 101 with the right accept key."""
     admin = (node.tenants.get("acme") or node.bootstrap("acme")).admin_token

@@ -1,4 +1,4 @@
-"""The keepalive without a reply (qim/gateway/heartbeat.py) over a real daphne.
+"""The keepalive without a reply (qim/server/heartbeat.py) over a real daphne.
 
 QIM_WS_KEEPALIVE=pong: an idle socket that never sends anything gets an unsolicited empty Pong
 every interval, no Ping, and stays open and served. auto (the default): a socket straight from

@@ -1,5 +1,5 @@
 """The replies to frames that arrive in one read are written with one `send()` once the last is
-served (qim/gateway/wire.py `hold`/`release`, qim/gateway/consumer.py `_dispatch_held`), on a
+served (qim/server/wire.py `hold`/`release`, qim/gateway/consumer.py `_dispatch_held`), on a
 real daphne node over a raw socket, so that what one write of the client carries and what one
 read of the client gets are both known: every reply comes, in order, in one read; errors
 among the frames keep their places; a refused AUTH's ERROR still precedes the close 4401,

@@ -1,4 +1,4 @@
-"""What a socket holds while it serves the frames of one read is bounded (qim/gateway/wire.py
+"""What a socket holds while it serves the frames of one read is bounded (qim/server/wire.py
 `HELD_BYTES_MAX`) and is not the peer's unread bytes: big replies to frames read at once go out
 as they pass the bound, in order, and a socket whose slow-socket bound
 (QIM_MAX_OUTBOUND_BUFFER_BYTES) is below their sum, with a peer that reads, is not closed 4429."""

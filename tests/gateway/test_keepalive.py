@@ -1,5 +1,5 @@
 """The ping keepalive (QIM_WS_KEEPALIVE=ping) over a real daphne, with daphne's per-connection timers replaced by the due
-ones (qim/gateway/daphne_timers.py): an idle socket is pinged every QIM_WS_PING_INTERVAL_S and
+ones (qim/server/daphne_timers.py): an idle socket is pinged every QIM_WS_PING_INTERVAL_S and
 stays open while it answers; one that stops answering is closed after daphne's --ping-timeout
 and its user is seen offline; a closed socket's application is reaped."""
 

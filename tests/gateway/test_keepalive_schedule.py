@@ -1,4 +1,4 @@
-"""The kernel keepalive's schedule (qim/gateway/heartbeat.py `kernel_schedule`): the first probe
+"""The kernel keepalive's schedule (qim/server/heartbeat.py `kernel_schedule`): the first probe
 never later than the interval and spread per socket, and the kernel's abort only after every
 probe in the timeout went unanswered: with TCP_USER_TIMEOUT counting from the start of the
 silence, one probe lost (on loopback, more than netdev_max_backlog probes leaving in one timer
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from qim.gateway.heartbeat import JITTER, PROBES, TCP_USER_TIMEOUT, kernel_schedule, set_kernel_keepalive
+from qim.server.heartbeat import JITTER, PROBES, TCP_USER_TIMEOUT, kernel_schedule, set_kernel_keepalive
 
 
 @pytest.mark.parametrize("draw", [0.0, 0.37, 0.999])

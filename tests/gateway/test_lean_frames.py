@@ -1,5 +1,5 @@
 """A client's plain text frames are read without autobahn's per-frame calls
-(qim/gateway/lean_frames.py); every other frame still goes through autobahn, on a real node over
+(qim/server/lean_frames.py); every other frame still goes through autobahn, on a real node over
 a raw socket: fragments, a frame cut across reads, a control frame between text frames and a
 frame of 1 KiB and more are answered as before, in order; invalid UTF-8, an unmasked frame and a
 length that is not minimal drop the connection unanswered, as autobahn's failByDrop does."""
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from qim.gateway.unmask import xor_masked
+from qim.server.unmask import xor_masked
 from tests.conftest import QimDeployment
 from tests.core.credential_helpers import WAIT_S
 from tests.harness.raw_socket import OPCODE_PONG, OPCODE_TEXT, RawSocket, frames_in

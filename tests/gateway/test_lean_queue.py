@@ -1,4 +1,4 @@
-"""daphne's per-socket input queue (qim/gateway/lean_queue.py): first in first out, a waiting
+"""daphne's per-socket input queue (qim/server/lean_queue.py): first in first out, a waiting
 get takes the next put, a cancelled get loses nothing, and an empty queue keeps no list (a
 socket's queue is nearly always empty: two lists per idle socket were collector work)."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from qim.gateway.lean_queue import LeanQueue
+from qim.server.lean_queue import LeanQueue
 
 
 def holds_nothing(queue: LeanQueue) -> bool:

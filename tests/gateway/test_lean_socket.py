@@ -1,8 +1,8 @@
 """What the leaner per-socket state keeps (docs/performance.md, "Second round: density"):
 autobahn's options read from a per-factory class still bind every socket of the node
-(qim/gateway/lean_protocol.py), the WebSocket route without channels' routers still honours
+(qim/server/lean_protocol.py), the WebSocket route without channels' routers still honours
 daphne's --root-path and the origin list (qim/gateway/routing.py), and a socket whose upgrade
-request was released keeps serving both ways (qim/gateway/handshake.py)."""
+request was released keeps serving both ways (qim/server/handshake.py)."""
 
 from __future__ import annotations
 

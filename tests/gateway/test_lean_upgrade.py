@@ -1,4 +1,4 @@
-"""Which first reads qim/gateway/lean_upgrade.py hands straight to autobahn: exactly one boring
+"""Which first reads qim/server/lean_upgrade.py hands straight to autobahn: exactly one boring
 WebSocket upgrade request; everything else keeps Twisted's and daphne's path. (On a real node:
 tests/gateway/test_handshake_path.py.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from qim.gateway.lean_upgrade import MAX_HEADERS, is_plain_upgrade
+from qim.server.lean_upgrade import MAX_HEADERS, is_plain_upgrade
 
 HEAD = b"GET /ws/v1 HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
 KEY = b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"

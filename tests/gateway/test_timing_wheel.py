@@ -1,4 +1,4 @@
-"""The timing wheel behind daphne's timeout checker (qim/gateway/daphne_timers.py): a check is
+"""The timing wheel behind daphne's timeout checker (qim/server/daphne_timers.py): a check is
 never taken before its due moment, at most a slot (1 s) after it, each filing once; a protocol
 filed into a second already past is taken at the next tick; a collected protocol leaves
 nothing alive; a wall clock that went back an hour files from the new time on. The real sockets' heartbeats
@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import random
 
-from qim.gateway.daphne_timers import ConnectionTimers
+from qim.server.daphne_timers import ConnectionTimers
 
 
 class Protocol:

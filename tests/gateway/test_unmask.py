@@ -1,4 +1,4 @@
-"""qim/gateway/unmask.py unmasks exactly as autobahn's own masker does, whole or in pieces
+"""qim/server/unmask.py unmasks exactly as autobahn's own masker does, whole or in pieces
 (a frame's payload split across TCP reads continues the mask), and only frames under
 LARGE_FRAME take it. Real autobahn in this process; every socket test drives it through
 real nodes (qim/asgi.py installs it)."""
@@ -11,7 +11,7 @@ import random
 import autobahn.websocket.protocol as protocol
 from autobahn.nvx._xormasker import create_xor_masker as native
 
-from qim.gateway.unmask import LARGE_FRAME, IntXorMasker, install
+from qim.server.unmask import LARGE_FRAME, IntXorMasker, install
 
 install()
 install()  # a second call changes nothing

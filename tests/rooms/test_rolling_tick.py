@@ -19,7 +19,7 @@ from collections import Counter
 
 from qim.gateway.connection import Connection
 from qim.gateway.foreground import ForegroundWork
-from qim.gateway.wire import TextFrame
+from qim.gateway.outbound import TextFrame
 from rooms.budget import FrameBudget
 from rooms.local import LocalRooms
 

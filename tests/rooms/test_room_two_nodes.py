@@ -54,7 +54,7 @@ async def test_a_node_without_members_receives_nothing_for_the_room(cluster: Qim
 
 @pytest.fixture(scope="module")
 def small_redis_pool(postgres, pg_template, redis_proc, work_dir) -> Iterator[QimDeployment]:  # type: ignore[no-untyped-def]
-    """Two nodes allowed 2 Redis connections each (qim/redis_client.py)."""
+    """Two nodes allowed 2 Redis connections each (qim/infra/redis_client.py)."""
     deployment = start_cluster(postgres, pg_template, redis_proc, work_dir, extra_env={"QIM_REDIS_MAX_CONNECTIONS": "2"})
     yield deployment
     deployment.stop()

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from qim.gateway.connection import Connection
 from qim.gateway.foreground import ForegroundWork
-from qim.gateway.wire import TextFrame
+from qim.gateway.outbound import TextFrame
 from rooms.local import TICK_GIVE_WAY_S, LocalRoom, LocalRooms
 
 MEMBERS = 300

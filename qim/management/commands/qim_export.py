@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from qim.export import export_tenant
+from qim.ops.export import export_tenant
 from qim.management.export_files import private_file
 from qim.models import Tenant
 

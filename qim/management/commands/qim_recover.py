@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from qim.recovery import run_recovery_pass
+from qim.ops.recovery import run_recovery_pass
 
 
 class Command(BaseCommand):

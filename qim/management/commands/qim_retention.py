@@ -7,7 +7,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from qim.models import Tenant
-from qim.retention import apply_retention
+from qim.ops.retention import apply_retention
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from qim.export import export_user
+from qim.ops.export import export_user
 from qim.management.export_files import private_file, tenant_user
 
 

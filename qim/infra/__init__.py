@@ -1,0 +1,1 @@
+"""Plumbing every layer may use: database and Redis access, backends, batching, rate limits, outages, logging context, fault points."""
