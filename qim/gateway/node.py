@@ -20,7 +20,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from qim.ops import gc_freeze, gc_pauses
+from qim.infra import gc_freeze, gc_pauses
+from qim.server.tuning import STATE as TUNING
 from qim.infra.backends import make_backend
 from qim.conf import limit
 from qim.gateway.connection import Connection, UserKey
@@ -201,10 +202,13 @@ class ConnectionNode:
             "gc_thresholds": list(gc.get_threshold()),
             # Passes the collector made per generation since start (young, middle, full).
             "gc_collections": [generation["collections"] for generation in gc.get_stats()],
-            # And the time those passes took, in milliseconds (qim/ops/gc_pauses.py).
+            # And the time those passes took, in milliseconds (qim/infra/gc_pauses.py).
             "gc_pause_ms": gc_pauses.pause_ms(),
-            # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/ops/gc_freeze.py).
+            # What the collector has frozen, and its thaws (QIM_GC_FREEZE, qim/infra/gc_freeze.py).
             **gc_freeze.stats(),
+            # daphne/autobahn/Twisted internals replaced here, and those left stock with why
+            # (QIM_SERVER_TUNING, qim/server/tuning.py).
+            "server_tuning": TUNING.as_json(),
         }
 
 

@@ -1,1 +1,1 @@
-"""What operators run and watch: readiness, metrics, retention, export, crash recovery, the collector's tuning and SQLite checkpoints."""
+"""What operators run and watch: readiness, metrics, retention, export and crash recovery."""

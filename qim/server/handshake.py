@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from qim.server.lean_protocol import HANDSHAKE_ONLY, SendQueue
+from qim.server.tuning import STATE as TUNING
 
 
 class DeferredText:
@@ -85,6 +86,8 @@ def release_handshake(send: Any, scope: dict[str, Any]) -> bool:
     """Drop the handshake's leftovers from daphne's protocol under `send` (its ASGI send is
     `partial(server.handle_reply, protocol)`) and the headers from the scope, which daphne's
     protocol and every router's copy of the scope share. Whether there was a protocol."""
+    if "handshake_release" not in TUNING.enabled:
+        return False
     protocol = (getattr(send, "args", None) or (None,))[0]
     request = getattr(protocol, "request", None)
     if request is None or not hasattr(request, "path"):

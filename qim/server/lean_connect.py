@@ -9,10 +9,10 @@ storm (docs/performance.md, "Issue 22: reconnect storms", sixth round). This `on
 the same scope from the same headers and calls the two directly. What differs is only what
 daphne got wrong around them: an application created for a socket that went away meanwhile
 (`create_application` answers None) is not handed a `websocket.connect` (daphne raised there
-and logged the AttributeError), and an error creating it fails the handshake (autobahn answers
-the upgrade with an error) instead of leaving it to time out. The scope's `client`, `server` and
-an empty `subprotocols` are tuples (ASGI asks for iterables), which hold nothing the collector
-must keep walking.
+and logged the AttributeError), and an error creating it fails the handshake with a bare 500
+(qim/server/connect_errors.py) instead of leaving it to time out. The scope's `client`,
+`server` and an empty `subprotocols` are tuples (ASGI asks for iterables), which hold nothing
+the collector must keep walking.
 
 daphne's WebSocket protocol and HTTP request define `__hash__` and `__eq__` in Python as
 identity (`hash(id(self))`, `id(self) == id(other)`): about ten Python calls per connect for the
@@ -35,6 +35,7 @@ from urllib.parse import unquote
 from daphne.utils import parse_x_forwarded_for
 from twisted.internet import defer
 
+from qim.server.connect_errors import refusal
 from qim.server.patching import patch_once
 
 logger = logging.getLogger("daphne.ws_protocol")
@@ -94,9 +95,9 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
         })
         if queue is not None:
             self.applicationCreateWorked(queue)
-    except Exception:
+    except Exception as exc:
         logger.error(traceback.format_exc())
-        raise
+        raise refusal(exc) from exc
     # autobahn waits on this until the application accepts or refuses.
     self.handshake_deferred = defer.Deferred()
     return self.handshake_deferred

@@ -18,7 +18,9 @@ round). Every other write to the socket releases what is held first (`write_now`
 autobahn's own `sendData`, qim/server/handshake_write.py), so the byte stream keeps the order
 the frames were written in.
 
-Anything unusual (not a plain TCP transport: TLS, uvicorn, an in-process communicator;
+With the `direct_writes` replacement stock (QIM_SERVER_TUNING=off, or a library it was not
+verified on: qim/server/catalog.py) every frame takes autobahn's path. So does anything
+unusual (not a plain TCP transport: TLS, a Unix socket, uvicorn, an in-process communicator;
 compression negotiated; autobahn not OPEN or in the middle of a queued or fragmented write;
 Twisted closing the socket) answers `None` or False here, and the caller takes the normal
 path through autobahn.
@@ -32,6 +34,7 @@ from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
 from qim.gateway.outbound import DIRECT, HELD, QUEUED, SERVER_LIMITS, TextFrame
+from qim.server.tuning import STATE as TUNING
 
 # The most a socket holds (`DaphneSocket.hold`): a reconnect's replies are a few KiB; big pages
 # pipelined (SYNCs cut at QIM_MAX_OUTBOUND_FRAME_BYTES) go out as they come past this.
@@ -67,6 +70,8 @@ class DaphneSocket:
 
         Daphne hands every application `partial(server.handle_reply, protocol)` as `send`.
         """
+        if "direct_writes" not in TUNING.enabled:
+            return None
         protocol = (getattr(send, "args", None) or (None,))[0]
         if not isinstance(protocol, WebSocketProtocol):
             return None
@@ -234,7 +239,8 @@ def write_control(protocol: Any, data: bytes) -> bool:
     frame). Control frames are never compressed or fragmented, so compression does not matter."""
     transport = getattr(protocol, "transport", None)
     if (
-        not plain_tcp(transport)
+        "direct_writes" not in TUNING.enabled
+        or not plain_tcp(transport)
         or protocol.state != STATE_OPEN
         or not takes_writes(transport)
         or protocol.send_state != SEND_STATE_GROUND

@@ -138,7 +138,7 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     if _db["NAME"] not in ("", ":memory:"):
         Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
 # A server process checkpoints SQLite's WAL from a thread this often instead of inside
-# commits (qim/ops/sqlite_checkpoints.py); 0 leaves it to SQLite's automatic checkpoints.
+# commits (qim/infra/sqlite_checkpoints.py); 0 leaves it to SQLite's automatic checkpoints.
 QIM_SQLITE_CHECKPOINT_INTERVAL_S = env.float("QIM_SQLITE_CHECKPOINT_INTERVAL_S", default=1.0)
 # Frame handlers run ORM work in executor threads; keep their connections open.
 _db["CONN_MAX_AGE"] = None

@@ -57,7 +57,7 @@ QIM_MAX_INBOUND_FRAME_DEPTH = 32
 # they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
 # "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
 QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
-# Freeze what each middle or full collector pass leaves alive (qim/ops/gc_freeze.py), so that the
+# Freeze what each middle or full collector pass leaves alive (qim/infra/gc_freeze.py), so that the
 # old generation stays empty and no pass rescans every socket's objects; with it the middle
 # threshold defaults to 1 (below). Off by default: it moved the collector's big passes out of a
 # 10 000-member room's traffic (p99 lower in four of four pairs), but cost about 1.5 KiB per idle
@@ -119,3 +119,8 @@ QIM_WS_KEEPALIVE = env.str("QIM_WS_KEEPALIVE", default="auto")
 # user goes offline as after an unanswered ping. Under the kernel's keepalive it counts from the
 # first probe, so one lost probe never aborts a live socket. 30: daphne's --ping-timeout. 0: not set.
 QIM_WS_USER_TIMEOUT_S = env.float("QIM_WS_USER_TIMEOUT_S", default=30.0)
+
+# QIM's replacements of daphne's, autobahn's and Twisted's internals (qim/server/): `on` installs
+# each one whose library versions and originals verify; `off` runs the libraries stock (QIM's own
+# protocol unchanged; the keepalive is then daphne's Ping every --ping-interval).
+QIM_SERVER_TUNING = env.str("QIM_SERVER_TUNING", default="on")

@@ -1,4 +1,4 @@
-"""QIM_GC_FREEZE (qim/ops/gc_freeze.py) over a real daphne: what the collector's passes leave alive
+"""QIM_GC_FREEZE (qim/infra/gc_freeze.py) over a real daphne: what the collector's passes leave alive
 is frozen (GET /api/v1/node's `gc_frozen` grows with the sockets), and the cyclic garbage of
 sockets that closed meanwhile is found by the next thaw, on the period its setting shortens here:
 the frozen count comes back to where it was before the sockets opened."""

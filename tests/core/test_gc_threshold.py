@@ -1,7 +1,7 @@
 """QIM_GC_YOUNG_THRESHOLD, QIM_GC_MIDDLE_THRESHOLD and QIM_GC_OLD_THRESHOLD set the node's
 collector thresholds at start-up (qim/asgi.py); GET /api/v1/node says which are in force, and
 counts the passes the collector made per generation and the milliseconds they took
-(qim/ops/gc_pauses.py)."""
+(qim/infra/gc_pauses.py)."""
 
 from __future__ import annotations
 

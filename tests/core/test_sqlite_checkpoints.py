@@ -1,5 +1,5 @@
 """A server on the embedded default checkpoints SQLite's WAL from a thread of its own
-(qim/ops/sqlite_checkpoints.py), not inside the commit that fills it."""
+(qim/infra/sqlite_checkpoints.py), not inside the commit that fills it."""
 
 from __future__ import annotations
 

@@ -40,8 +40,13 @@ BASE_ENV = {
 }
 
 
+# Passed on from the test run to every process it starts: the suite's second CI run sets
+# QIM_SERVER_TUNING=off for all of them (.ci/run).
+INHERITED = ("QIM_SERVER_TUNING",)
+
+
 def process_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QIM_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QIM_") or k in INHERITED}
     env.update(BASE_ENV)
     env.update(extra)
     return env

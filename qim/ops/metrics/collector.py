@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from qim.gateway.dispatch import registered_types
 from qim.gateway.errors import ERROR_CODES
@@ -15,6 +15,8 @@ from qim.gateway.node import get_node
 from qim.ops.metrics import instruments
 from qim.ops.metrics.instruments import REGISTRY
 from qim.ops.metrics.sources import counter, gauge, metrics_scraped
+from qim.server.catalog import REPLACEMENTS
+from qim.server.tuning import STATE as TUNING
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +62,23 @@ class NodeCollector:
         )
         for key, (name, documentation) in NODE_COUNTERS.items():
             yield counter(name, documentation, counters.get(key, 0))
+        yield server_tuning()
         for source in metrics_scraped:
             try:
                 yield from source()
             except Exception:  # one app's bug must not cost the operator every other metric
                 logger.exception("metrics source %s failed", getattr(source, "__name__", source))
+
+
+def server_tuning() -> GaugeMetricFamily:
+    """1 for each declared replacement of library internals installed on this node, 0 for one
+    running stock (QIM_SERVER_TUNING=off, or a version or original that did not verify)."""
+    family = GaugeMetricFamily(
+        "qim_server_tuning", "Replacements of daphne/autobahn/Twisted internals: 1 installed, 0 stock.", labels=["name"],
+    )
+    for replacement in REPLACEMENTS:
+        family.add_metric([replacement.name], 1 if replacement.name in TUNING.enabled else 0)
+    return family
 
 
 def declare_known_labels() -> None:
