@@ -35,8 +35,13 @@ REPLACEMENTS: tuple[Replacement, ...] = (
         name="connect_errors",
         why="an exception while daphne builds a WebSocket's scope answers a bare 400 or 500, not "
             "autobahn's 500 with the exception's text",
-        verified_on={**DAPHNE, **AUTOBAHN},
-        originals=(Original(DAPHNE_WS, "onConnect", "904141de9493c3fc"),),
+        # A wrapper around whatever onConnect daphne has: only autobahn's ConnectionDeny answer
+        # is relied on, so daphne's release is not pinned here.
+        verified_on=AUTOBAHN,
+        originals=(
+            Original(DAPHNE_WS, "onConnect", "present"),
+            Original(AUTOBAHN_WS, "processHandshake", "9a13984c6ce24449"),
+        ),
         apply="qim.server.connect_errors:install",
         kind="fix",
     ),

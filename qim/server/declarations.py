@@ -18,6 +18,8 @@ from typing import Any, Callable, Literal
 
 # The digest an Original gives for an attribute that must not exist yet.
 ABSENT = "absent"
+# A digest that asks only that the attribute exists: a wrapper that calls whatever is there.
+PRESENT = "present"
 # A digest "is:<dotted path>" asks for identity with that object instead of a code hash
 # (autobahn's module attribute `pformat` must still be pprint's own).
 IDENTITY = "is:"
@@ -30,7 +32,7 @@ class Original:
     # Dotted path of the module or class that holds the attribute.
     target: str
     attribute: str
-    # sha256 of the original's source (first 16 hex digits), ABSENT, or IDENTITY + a path.
+    # sha256 of the original's source (first 16 hex digits), ABSENT, PRESENT, or IDENTITY + a path.
     digest: str
 
     def __str__(self) -> str:
@@ -95,6 +97,8 @@ def current_digest(original: Original) -> str:
     if not hasattr(holder, original.attribute):
         return ABSENT
     value = getattr(holder, original.attribute)
+    if original.digest == PRESENT:
+        return PRESENT
     if original.digest.startswith(IDENTITY):
         return original.digest if value is resolve(original.digest[len(IDENTITY):]) else code_digest(value)
     return code_digest(value)

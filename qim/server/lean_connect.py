@@ -35,7 +35,7 @@ from urllib.parse import unquote
 from daphne.utils import parse_x_forwarded_for
 from twisted.internet import defer
 
-from qim.server.connect_errors import refusal
+from qim.server.connect_errors import BAD_REQUEST, refusal, undecodable
 from qim.server.patching import patch_once
 
 logger = logging.getLogger("daphne.ws_protocol")
@@ -45,6 +45,8 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
     """daphne 4's `WebSocketProtocol.onConnect`, the application started by a plain call."""
     self.server = self.factory.server_class
     self.server.protocol_connected(self)
+    if undecodable(request):
+        raise BAD_REQUEST  # the client's bytes, not a bug (qim/server/connect_errors.py)
     self.request = request
     self.protocol_to_accept = None
     self.root_path = self.server.root_path

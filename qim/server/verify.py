@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from qim.server.catalog import REPLACEMENTS
-from qim.server.declarations import IDENTITY, current_digest, mismatch, version_of
+from qim.server.declarations import IDENTITY, PRESENT, current_digest, mismatch, version_of
 
 CATALOG = Path(__file__).with_name("catalog.py")
 
@@ -35,7 +35,7 @@ def write_catalog() -> int:
     for replacement in REPLACEMENTS:
         for original in replacement.originals:
             now = current_digest(original)
-            if now == original.digest or original.digest.startswith(IDENTITY):
+            if now == original.digest or original.digest == PRESENT or original.digest.startswith(IDENTITY):
                 continue
             pattern = re.compile(
                 rf'(Original\((?:"{re.escape(original.target)}"|\w+), "{re.escape(original.attribute)}", ")'

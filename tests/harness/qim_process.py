@@ -174,6 +174,9 @@ class QimNode:
     bind: str = "127.0.0.1"
     # More daphne options, e.g. ("--ping-interval", "1") for the keepalive tests.
     daphne_args: tuple[str, ...] = ()
+    # What runs daphne's command line: `-m daphne`, or a module that changes the process first
+    # (tests/harness/daphne_versions.py).
+    launcher: tuple[str, ...] = ("-m", "daphne")
 
     @property
     def http_url(self) -> str:
@@ -195,7 +198,7 @@ class QimNode:
         log.flush()
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "daphne",
+                sys.executable, *self.launcher,
                 *daphne_listen(self.bind, self.port),
                 "--websocket-max-message-size", "1048576",
                 *self._access_log(env),
