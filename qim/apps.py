@@ -9,7 +9,7 @@ class QimConfig(AppConfig):
 
     def ready(self) -> None:
         # The core's backends (qim/infra/backends.py chooses memory or Redis for all of them).
-        from qim.gateway.presence import register_presence_backend
+        from qim.node.presence import register_presence_backend
         from qim.infra.ratelimit import register_rate_limit_backend
 
         register_presence_backend()

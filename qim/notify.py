@@ -1,7 +1,7 @@
 """The one way pushes leave: after the transaction that wrote what they announce commits.
 
 Actions call `push_on_commit`; the push goes out through this process's ConnectionNode,
-grouped by node. A rollback sends nothing. Inside `in_db_thread` (qim/infra/db.py) the pushes a
+grouped by node. A rollback sends nothing. Inside `in_db_thread` (qim/gateway/db.py) the pushes a
 call commits are handed back and written by the event loop when the call returns, so the DB
 thread never waits on the loop; elsewhere (a DRF view, a management command) each push runs
 on the loop at once through async_to_sync.
@@ -19,8 +19,8 @@ from typing import Generic, ParamSpec, TypeVar
 from asgiref.sync import async_to_sync
 from django.db import transaction
 
-from qim.gateway.node import get_node
-from qim.gateway.user_push import UserPush
+from qim.node.connection_node import get_node
+from qim.node.user_push import UserPush
 
 logger = logging.getLogger(__name__)
 

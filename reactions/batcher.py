@@ -1,12 +1,12 @@
 """REACT batches: the REACTs to one message that arrive while its transaction runs go
-together into the next one (qim/infra/batching.py; docs/performance.md, "REACT")."""
+together into the next one (qim/gateway/batching.py; docs/performance.md, "REACT")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from qim.infra.background import spawn
-from qim.infra.batching import KeyedBatcher
+from qim.gateway.batching import KeyedBatcher
 from qim.errors import Refused
 from qim.queries.conversations import access_conversation
 from reactions.actions import ReactOutcome, ReactRequest, do_react_batch

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from qim.conf import limit
-from qim.gateway.connection import Connection
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.infra.ratelimit import check_rate
 from reactions.actions import ReactRequest

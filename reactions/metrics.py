@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.ops.metrics.sources import counter
 from reactions.pusher import current_pusher
 
@@ -17,6 +17,6 @@ def reaction_metrics() -> Iterator[Metric]:
     pusher = current_pusher()
     sent = pusher.frames_sent if pusher is not None else 0
     yield counter(
-        "qim_react_batches", "REACT batches run (one transaction each, qim/infra/batching.py).", counters["react_batches"]
+        "qim_react_batches", "REACT batches run (one transaction each, qim/gateway/batching.py).", counters["react_batches"]
     )
     yield counter("qim_reaction_updates", "REACTION_UPDATE frames built and handed to the fan-out.", sent)

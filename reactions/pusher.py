@@ -21,9 +21,9 @@ from qim.infra.backends import make_backend, register_backend
 from qim.infra.background import spawn
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.infra.db import in_db_thread
-from qim.gateway import codec
-from qim.gateway.node import get_node
+from qim.gateway.db import in_db_thread
+from qim.infra import codec
+from qim.node.connection_node import get_node
 from qim.notify import UserPush
 from qim.queries.conversations import current_members
 from qim.infra.redis_client import get_redis

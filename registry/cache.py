@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from qim.content_types import TypePolicy
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 from qim.models import Tenant
 from registry.models import CustomMessageType
 

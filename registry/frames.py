@@ -6,10 +6,10 @@ from typing import Any
 
 import msgspec
 
-from qim.gateway import codec
-from qim.gateway.connection import Connection
+from qim.infra import codec
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.node import ConnectionNode, node_message_handler
+from qim.node.connection_node import ConnectionNode, node_message_handler
 from registry.cache import registry_cache
 from registry.hot_reload import MESSAGE_TYPE, REGISTRY_GROUP
 

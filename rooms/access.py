@@ -5,7 +5,7 @@ exactly like a room that does not exist."""
 
 from __future__ import annotations
 
-from qim.infra.batching import KeyedBatcher
+from qim.gateway.batching import KeyedBatcher
 from qim.errors import Refused
 from rooms.queries import existing_rooms
 

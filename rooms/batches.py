@@ -5,7 +5,7 @@ server sends as well as what it receives: a larger frame raises PayloadExceededE
 lost for that socket. Pushes are cut into several frames, each holding the next events in
 room_seq order; a replay reply carries the oldest events that fit and says `has_more`
 (protocol.md §8). A single event is never cut: the cap must stay above one event. Fitting
-a list to a budget is shared with SYNC and HISTORY replies (qim/gateway/fit.py).
+a list to a budget is shared with SYNC and HISTORY replies (qim/node/fit.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from qim.gateway import codec
-from qim.gateway.fit import split_list
-from qim.gateway.outbound import TextFrame
+from qim.infra import codec
+from qim.node.fit import split_list
+from qim.node.outbound import TextFrame
 
 logger = logging.getLogger(__name__)
 

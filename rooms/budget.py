@@ -14,7 +14,7 @@ import time
 from collections import deque
 
 from qim.conf import limit
-from qim.gateway.connection import Connection
+from qim.node.connection import Connection
 
 # Slack so that timer and delivery jitter (up to a quarter second on a loaded 2-core machine)
 # can never squeeze rate + 1 frames into one second as the client sees them.

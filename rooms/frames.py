@@ -10,11 +10,11 @@ from qim.conf import limit
 from qim.content_types import check_send_policy
 from qim.errors import Refused
 from qim.frames.messaging import check_payload
-from qim.gateway import codec
-from qim.gateway.connection import Connection
+from qim.infra import codec
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.fit import reply_items_budget
-from qim.gateway.node import on_disconnect
+from qim.node.fit import reply_items_budget
+from qim.node.connection_node import on_disconnect
 from rooms.access import check_room_exists
 from rooms.join_batches import get_join_batches
 from rooms.local import LocalRoom

@@ -18,9 +18,9 @@ import logging
 import time
 from typing import Any
 
-from qim.infra.batching import KeyedBatcher
+from qim.gateway.batching import KeyedBatcher
 from qim.errors import Refused
-from qim.gateway.node_calls import UNKNOWN_OP
+from qim.node.node_calls import UNKNOWN_OP
 from rooms.service import RoomService
 
 logger = logging.getLogger(__name__)

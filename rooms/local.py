@@ -25,9 +25,9 @@ from django.conf import settings
 
 from qim.infra.background import spawn
 from qim.conf import limit
-from qim.gateway.connection import Connection
-from qim.gateway.foreground import ForegroundWork
-from qim.gateway.outbound import DIRECT, QUEUED, TextFrame
+from qim.node.connection import Connection
+from qim.node.foreground import ForegroundWork
+from qim.node.outbound import DIRECT, QUEUED, TextFrame
 from rooms.batches import Batch
 from rooms.budget import RATE_SLACK, FrameBudget
 from rooms.local_room import Held, LocalRoom, Planned, TickPlan, room_batches

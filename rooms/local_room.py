@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 
-from qim.gateway.connection import Connection
-from qim.gateway.outbound import TextFrame, outbound_frame_cap
+from qim.node.connection import Connection
+from qim.node.outbound import TextFrame, outbound_frame_cap
 from rooms.batches import Batch, encode_batches
 
 

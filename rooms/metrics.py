@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.ops.metrics.sources import counter, gauge
 from rooms.service import current_room_service
 

@@ -23,9 +23,9 @@ from ulid import ULID
 from qim.infra.backends import make_backend
 from qim.infra.background import every, spawn
 from qim.conf import limit
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 from qim.errors import Refused
-from qim.gateway.node import ConnectionNode, get_node, node_call_handler, node_message_handler
+from qim.node.connection_node import ConnectionNode, get_node, node_call_handler, node_message_handler
 from qim.infra.log_context import unbound
 from rooms.leases import LeaseStore, RedisLeaseStore, node_of
 from rooms.local import LocalRoom, LocalRooms

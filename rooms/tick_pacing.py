@@ -18,7 +18,7 @@ TICK_SLICE_S = 0.001
 # first (issue 22, docs/performance.md "Fifth round").
 TICK_YIELDS = 4
 # The most a tick waits, in all, for conversation frames being handled (DMs, reads, reacts)
-# before its next slice (qim/gateway/foreground.py): long enough for a SEND's DB call at its
+# before its next slice (qim/node/foreground.py): long enough for a SEND's DB call at its
 # slowest on a loaded node, short enough that a steady stream of them slows a room's ticks
 # by at most this much each.
 TICK_GIVE_WAY_S = 0.02

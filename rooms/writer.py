@@ -21,8 +21,8 @@ from qim.infra.background import spawn
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.infra.faults import fault_point
-from qim.gateway.fit import fit_list
-from qim.ops.metrics.instruments import count_rate_limited
+from qim.node.fit import fit_list
+from qim.infra.instruments import count_rate_limited
 from rooms.ring import Replay, RoomRing
 
 # The refusal that makes RoomService.call_writer look for the room's writer again.

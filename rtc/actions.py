@@ -14,7 +14,7 @@ from qim.actions.log import append_to_log, lock_conversation
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.content_types import CALL_RECORD, builtin_policy, rendering_policy
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import Device, PushTask, User
 from qim.queries.conversations import current_members
 from qim.queries.online import NOT_ASKED, online_before_lock

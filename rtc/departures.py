@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from qim.infra.background import every, spawn
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.gateway.connection import Connection
-from qim.gateway.node import ConnectionNode
+from qim.node.connection import Connection
+from qim.node.connection_node import ConnectionNode
 from rtc.calls import ACCEPTED, Call, CallStore
 
 logger = logging.getLogger(__name__)

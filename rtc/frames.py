@@ -8,10 +8,10 @@ import msgspec
 
 from qim.conf import limit
 from qim.errors import Refused
-from qim.gateway import codec
-from qim.gateway.connection import Connection
+from qim.infra import codec
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.node import ConnectionNode, on_disconnect, on_push_delivered
+from qim.node.connection_node import ConnectionNode, on_disconnect, on_push_delivered
 from qim.infra.ratelimit import check_rate
 from rtc.lifecycle import INVITE, Signal, check_rtc_signal, departures, ensure_sweeping
 from rtc.relay import RTC_PUSH

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 from qim.errors import Refused
-from qim.gateway.connection import Connection
-from qim.gateway.node import get_node
+from qim.node.connection import Connection
+from qim.node.connection_node import get_node
 from rtc.actions import do_queue_voip_pushes, do_record_call
 from rtc.calls import (
     ACCEPTED,

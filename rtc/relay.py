@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from qim.gateway import codec
-from qim.gateway.node import get_node
-from qim.gateway.user_push import UserPush
+from qim.infra import codec
+from qim.node.connection_node import get_node
+from qim.node.user_push import UserPush
 from rtc.calls import Call
 
 # UserPush.kind of an RTC_SIGNAL: a node it reaches starts its call sweeps (rtc/frames.py).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from qim.actions.log import Appended, append_to_log, event_push
 from qim.content_types import builtin_policy
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import Conversation, MessageRecord, User, UserMailboxEntry
 from qim.notify import UserPush
 from qim.queries.control import anchor_recipients

@@ -8,7 +8,7 @@ from qim.actions.log import Appended, append_to_log, lock_conversation
 from qim.clock import now_ms
 from qim.content_types import MEMBERSHIP, TypePolicy, builtin_policy, rendering_policy
 from qim.errors import Refused
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, Tenant, User
 from qim.queries.conversations import current_members
 from qim.queries.online import NOT_ASKED, OnlineDevices, online_before_lock

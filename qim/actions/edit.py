@@ -15,7 +15,7 @@ from qim.conf import limit
 from qim.content_types import EDIT, TEXT, rendering_policy
 from qim.errors import Refused
 from qim.infra.faults import fault_point
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import MessageRecord, User
 from qim.notify import UserPush, push_on_commit
 from qim.queries.control import access_timeline_message, latest_edit_event_of, recall_event_of

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection
 
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import Device, MessageRecord, PushTask, UserBadgeState, UserMailboxEntry, UserMailboxHead
 
 # SQLite allows 32 766 bound parameters; stay far below with room for the other columns.

@@ -21,7 +21,7 @@ from qim.clock import now_ms as wall_clock_ms
 from qim.conf import limit
 from qim.content_types import READ
 from qim.infra.faults import fault_point
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import (
     Conversation,
     PendingReadSync,

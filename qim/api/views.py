@@ -14,7 +14,7 @@ from qim.actions.accounts import do_clear_push_credentials, do_create_user, do_l
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
 from qim.actions.credentials import check_deactivate_user, do_revoke_token
 from qim.clock import now_ms
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.api.login_throttle import check_login_rate
 from qim.moderation import ModerationService, Moderator
 from qim.api.permissions import IsTenantAdmin

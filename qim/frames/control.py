@@ -11,11 +11,11 @@ from qim.actions.edit import check_edit_message
 from qim.actions.read_sync import MarkedRead, check_mark_read
 from qim.actions.recall import check_recall_message
 from qim.clock import now_ms
-from qim.infra.db import in_db_thread
-from qim.gateway.connection import Connection
+from qim.gateway.db import in_db_thread
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
 from qim.queries.conversations import access_conversation
-from qim.read_sync import get_read_sync_flusher
+from qim.gateway.read_sync import get_read_sync_flusher
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from qim.actions.messages import SendAck, SendRequest, do_send_messages
-from qim.infra.batching import KeyedBatcher
+from qim.gateway.batching import KeyedBatcher
 from qim.conf import limit
 from qim.clock import now_ms
 from qim.content_types import (
@@ -17,13 +17,13 @@ from qim.content_types import (
     TEXT,
     check_send_policy,
 )
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 from qim.errors import Refused
-from qim.gateway import codec
-from qim.gateway.connection import Connection
+from qim.infra import codec
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.fit import reply_items_budget
-from qim.gateway.node import get_node
+from qim.node.fit import reply_items_budget
+from qim.node.connection_node import get_node
 from qim.models import new_ulid
 from qim.notify import UserPush
 from qim.queries.conversations import (
@@ -128,7 +128,7 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
 
 
 # SENDs to one conversation queue on its row lock; the ones that arrive while a write runs
-# are checked and written together by the next (qim/infra/batching.py).
+# are checked and written together by the next (qim/gateway/batching.py).
 send_batcher: KeyedBatcher[str, SendRequest, SendAck] = KeyedBatcher("send", do_send_messages)
 
 

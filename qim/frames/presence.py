@@ -6,9 +6,9 @@ import msgspec
 
 from qim.clock import now_ms
 from qim.errors import Refused
-from qim.gateway.connection import Connection
+from qim.node.connection import Connection
 from qim.gateway.dispatch import frame_handler
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 
 MAX_PRESENCE_WATCH = 1000
 

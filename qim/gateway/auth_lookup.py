@@ -8,7 +8,7 @@ token, or a deactivated user, stops authenticating at once, as before.
 
 from __future__ import annotations
 
-from qim.infra.batching import KeyedBatcher
+from qim.gateway.batching import KeyedBatcher
 from qim.queries.identity import Identity, identities_for_tokens
 
 # Large enough for a storm's burst in one query, small enough for SQLite's bound variables.

@@ -16,25 +16,25 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from qim.conf import limit
-from qim.gateway import codec
-from qim.gateway.connection import Connection
+from qim.infra import codec
+from qim.node.connection import Connection
 from qim.gateway.dispatch import FrameRoute, route_for
 from qim.errors import Refused
 from qim.server.handshake import release_handshake
 from qim.gateway.errors import error_frame, refusal_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
 from qim.gateway.inbound_budget import CLOSE_FLOODING, InboundBudget, req_id_of
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.gateway.close_codes import (
     CLOSE_AUTH_TIMEOUT,
     CLOSE_CREDENTIALS_REVOKED,
     CLOSE_TOO_SLOW,
 )
 from qim.gateway.consumer_auth import AuthenticatingConsumer
-from qim.gateway.outbound import DIRECT, HELD, QUEUED, TextFrame
+from qim.node.outbound import DIRECT, HELD, QUEUED, TextFrame
 from qim.server.wire import DaphneSocket, twisted_buffered
 from qim.infra.log_context import frame_scope
-from qim.ops.metrics import instruments as metrics
+from qim.infra import instruments as metrics
 from qim.infra.outage import outage_of
 
 logger = logging.getLogger(__name__)

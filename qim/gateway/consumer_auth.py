@@ -18,13 +18,13 @@ from qim.infra.db_outage import is_database_unavailable
 from qim.errors import Refused
 from qim.gateway.auth_lookup import identity_for_auth
 from qim.gateway.close_codes import CLOSE_TRY_AGAIN_LATER, CLOSE_UNAUTHENTICATED
-from qim.gateway.connection import Connection
+from qim.node.connection import Connection
 from qim.gateway.errors import error_frame, outage_frame, unavailable_or_internal
 from qim.gateway.inbound import convert_frame, parse_frame
-from qim.gateway.node import get_node
-from qim.gateway.outbound import outbound_frame_cap
+from qim.node.connection_node import get_node
+from qim.node.outbound import outbound_frame_cap
 from qim.infra.log_context import bind_connection
-from qim.ops.metrics import instruments as metrics
+from qim.infra import instruments as metrics
 from qim.infra.outage import outage_of
 from qim.queries.identity import Identity, token_expires_at_ms
 

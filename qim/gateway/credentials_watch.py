@@ -30,8 +30,8 @@ from typing import Any
 from django.conf import settings
 
 from qim.clock import now_ms
-from qim.infra.db import in_db_thread
-from qim.gateway.connection import Connection
+from qim.gateway.db import in_db_thread
+from qim.node.connection import Connection
 from qim.gateway.recheck_slices import SLICES, RecheckSlices
 from qim.queries.credentials import credentials_generation
 

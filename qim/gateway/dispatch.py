@@ -5,7 +5,7 @@ frame validated against the handler's msgspec schema. It returns the reply frame
 adds `req_id`) or None for fire-and-forget frames, and raises qim.errors.Refused to refuse.
 
 Frames are foreground work unless registered with `foreground=False` (the room family): room
-ticks give way to foreground frames while they are handled (qim/gateway/foreground.py).
+ticks give way to foreground frames while they are handled (qim/node/foreground.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import msgspec
 from django.utils.module_loading import autodiscover_modules
 
 if TYPE_CHECKING:
-    from qim.gateway.connection import Connection
+    from qim.node.connection import Connection
 
 Reply = dict[str, Any] | None
 Handler = Callable[["Connection", Any], Awaitable[Reply]]

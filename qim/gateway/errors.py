@@ -7,7 +7,7 @@ from typing import Any
 from qim.infra.db_outage import MESSAGE as UNAVAILABLE_MESSAGE
 from qim.infra.db_outage import RETRY_AFTER_MS, is_database_unavailable
 from qim.errors import Refused
-from qim.ops.metrics.instruments import count_error
+from qim.infra.instruments import count_error
 from qim.infra.outage import outage_of
 
 ERROR_CODES = frozenset(

@@ -12,7 +12,7 @@ import msgspec.inspect
 from django.conf import settings
 
 from qim.errors import Refused
-from qim.gateway import codec
+from qim.infra import codec
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from qim.gateway.connection import Connection
+from qim.node.connection import Connection
 
 SLICES = 10
 

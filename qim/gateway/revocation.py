@@ -14,9 +14,9 @@ from django.conf import settings
 
 from qim.infra.background import every
 from qim.clock import now_ms
-from qim.infra.db import in_db_thread
-from qim.gateway.connection import Connection
-from qim.gateway.node import ConnectionNode, node_message_handler, on_node_start
+from qim.gateway.db import in_db_thread
+from qim.node.connection import Connection
+from qim.node.connection_node import ConnectionNode, node_message_handler, on_node_start
 from qim.gateway.credentials_watch import CredentialsWatch
 from qim.gateway.recheck_slices import SLICES
 from qim.queries.identity import live_digests_among

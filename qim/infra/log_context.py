@@ -11,12 +11,18 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.conf import settings
 
-if TYPE_CHECKING:
-    from qim.gateway.connection import Connection
+
+class SocketIdentity(Protocol):
+    """What a log line says of its socket (a qim.node.connection.Connection has it)."""
+
+    tenant_name: str
+    user_id: str
+    device_id: str
+    connection_id: str
 
 # The record attributes (and JSON keys) a gateway line carries, in the order text shows them.
 FIELDS = ("tenant", "user_id", "device_id", "connection_id", "type", "req_id")
@@ -31,7 +37,7 @@ _connection: ContextVar[Mapping[str, str]] = ContextVar("qim_log_connection", de
 _frame: ContextVar[Mapping[str, str]] = ContextVar("qim_log_frame", default={})
 
 
-def bind_connection(conn: Connection) -> None:
+def bind_connection(conn: SocketIdentity) -> None:
     """From AUTH on, every line of this socket's task names its tenant, user, device and id."""
     _connection.set({
         "tenant": conn.tenant_name, "user_id": conn.user_id,

@@ -17,7 +17,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 
 from qim.infra.backends import make_backend, register_backend
 from qim.errors import Refused
-from qim.ops.metrics.instruments import count_rate_limited
+from qim.infra.instruments import count_rate_limited
 from qim.infra.redis_client import rate_limit_storage
 
 _limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (

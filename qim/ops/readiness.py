@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from qim.infra.db_outage import RETRY_AFTER_MS
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.infra.redis_client import probe_client, redis_configured, redis_passwords
 
 logger = logging.getLogger(__name__)

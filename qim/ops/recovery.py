@@ -28,7 +28,7 @@ from qim.actions.recall import do_apply_recall
 from qim.infra.background import every, spawn
 from qim.clock import now_ms
 from qim.content_types import EDIT, RECALL
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 from qim.models import MessageRecord
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def run_recovery_pass(*, all_read_syncs: bool = False) -> Recovered:
 
 def recover_recent(now: int) -> Recovered:
     """The periodic pass: recalls and edits logged between RECENT_S and SETTLE_MS before
-    `now` (read syncs have their own sweep, qim/read_sync.py)."""
+    `now` (read syncs have their own sweep, qim/gateway/read_sync.py)."""
     logged = Q(sent_at_ms__gte=now - RECENT_S * 1000, sent_at_ms__lte=now - SETTLE_MS)
     done = Recovered(recalls=recover_recalls(logged), edits=recover_edits(logged))
     if done.recalls or done.edits:
@@ -115,7 +115,7 @@ _startup: asyncio.Task[None] | None = None
 
 
 async def _recover_then_sweep() -> None:
-    from qim.read_sync import get_read_sync_flusher
+    from qim.gateway.read_sync import get_read_sync_flusher
 
     try:
         await in_db_thread(run_recovery_pass)()

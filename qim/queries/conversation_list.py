@@ -13,7 +13,7 @@ import msgspec
 from django.db.models import OuterRef, Q, Subquery
 
 from qim.errors import Refused
-from qim.gateway.fit import fit_chunks
+from qim.node.fit import fit_chunks
 from qim.models import Conversation, MembershipInterval, MessageRecord, User
 from qim.queries.conversations import open_end, visible_head, with_unread
 from qim.render import message_object
@@ -55,7 +55,7 @@ class ListCursor:
 @dataclass(frozen=True)
 class ConversationPage:
     items: list[dict[str, Any]]
-    # The JSON list of `items`, encoded once while measuring it (qim/gateway/fit.py).
+    # The JSON list of `items`, encoded once while measuring it (qim/node/fit.py).
     items_json: msgspec.Raw
     # Definitional unread summed over every conversation of the list, not only this page's.
     badge: int

@@ -10,7 +10,7 @@ from django.db.models import BigIntegerField, Count, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Coalesce, Greatest
 
 from qim.errors import Refused
-from qim.gateway.fit import fit_list
+from qim.node.fit import fit_list
 from qim.hooks import history_rendered
 from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor
 from qim.render import message_object
@@ -79,7 +79,7 @@ def visible_head(conversation: Conversation, intervals: list[MembershipInterval]
 @dataclass(frozen=True)
 class HistoryPage:
     messages: list[dict[str, Any]]
-    # The JSON list of `messages`, encoded once while measuring it (qim/gateway/fit.py).
+    # The JSON list of `messages`, encoded once while measuring it (qim/node/fit.py).
     messages_json: msgspec.Raw
     has_more: bool
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from qim.gateway.fit import fit_list
+from qim.node.fit import fit_list
 from qim.queries.mailbox_rows import EntryRow, entry_rows
 from qim.queries.retention import mailbox_heads, mailbox_truncated
 from qim.render import mailbox_event
@@ -19,7 +19,7 @@ SYNC_MAX_LIMIT = 1000
 @dataclass(frozen=True)
 class SyncPage:
     events: list[dict[str, Any]]
-    # The JSON list of `events`, encoded once while measuring it (qim/gateway/fit.py).
+    # The JSON list of `events`, encoded once while measuring it (qim/node/fit.py).
     events_json: msgspec.Raw
     next_mailbox_seq: int
     has_more: bool

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Set
 from asgiref.sync import async_to_sync
 from django.db.models import QuerySet
 
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.models import Conversation, Device, MembershipInterval, User
 
 # user id -> ids of that user's devices connected to some node; absent users are offline.

@@ -37,7 +37,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from qim.server.daphne_timers import BY_KERNEL
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.server.wire import write_control
 
 logger = logging.getLogger(__name__)

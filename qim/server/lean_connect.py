@@ -47,8 +47,7 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
     self.server.protocol_connected(self)
     if undecodable(request):
         raise BAD_REQUEST  # the client's bytes, not a bug (qim/server/connect_errors.py)
-    self.request = request
-    self.protocol_to_accept = None
+    self.request, self.protocol_to_accept = request, None
     self.root_path = self.server.root_path
     self.socket_opened = self.last_ping = time.time()
     try:
@@ -64,8 +63,7 @@ def on_connect(self: Any, request: Any) -> defer.Deferred:
         peer = self.transport.getPeer()
         host = self.transport.getHost()
         if hasattr(peer, "host") and hasattr(peer, "port"):
-            # Tuples (daphne: lists): the scope's `client` and `server`, which the collector
-            # stops tracking once they hold only a string and an int.
+            # Tuples (daphne: lists): the collector stops tracking a tuple of a str and an int.
             self.client_addr = (str(peer.host), peer.port)
             self.server_addr = (str(host.host), host.port)
         else:

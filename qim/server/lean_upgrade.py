@@ -32,7 +32,7 @@ from typing import Any
 
 from twisted.web.http import HTTPChannel, _GenericHTTPChannelProtocol
 
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.server.patching import patch_once
 from qim.server.wire import plain_tcp
 

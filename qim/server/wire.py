@@ -33,7 +33,7 @@ from typing import Any
 from autobahn.websocket.protocol import WebSocketProtocol
 from twisted.internet import tcp
 
-from qim.gateway.outbound import DIRECT, HELD, QUEUED, SERVER_LIMITS, TextFrame
+from qim.node.outbound import DIRECT, HELD, QUEUED, SERVER_LIMITS, TextFrame
 from qim.server.tuning import STATE as TUNING
 
 # The most a socket holds (`DaphneSocket.hold`): a reconnect's replies are a few KiB; big pages

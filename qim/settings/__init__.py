@@ -143,7 +143,7 @@ QIM_SQLITE_CHECKPOINT_INTERVAL_S = env.float("QIM_SQLITE_CHECKPOINT_INTERVAL_S",
 # Frame handlers run ORM work in executor threads; keep their connections open.
 _db["CONN_MAX_AGE"] = None
 _db["CONN_HEALTH_CHECKS"] = True
-# ... but a DB-thread call (qim/infra/db.py) skips Django's `SELECT 1` health check when its
+# ... but a DB-thread call (qim/gateway/db.py) skips Django's `SELECT 1` health check when its
 # connection answered a query less than this long ago without an error: a round trip less on
 # every frame under load (issue #22). A failed call's connection is checked at its end as
 # before; 0 checks on every call, as Django does.
@@ -170,7 +170,7 @@ QIM_NODE_CHANNEL_CAPACITY = env.int("QIM_NODE_CHANNEL_CAPACITY", default=10000)
 # The channel layer's Redis connections per node at most (opened on demand, kept for reuse).
 QIM_LAYER_MAX_CONNECTIONS = env.int("QIM_LAYER_MAX_CONNECTIONS", default=1000)
 # Node-call ops this node answers `unknown_op`, as a node of an older release that lacks them
-# does (qim/gateway/node_calls.py): a switch to take a batched op out of service without a
+# does (qim/node/node_calls.py): a switch to take a batched op out of service without a
 # redeploy; callers fall back to its single form (room.join_many -> room.join).
 QIM_NODE_CALL_OPS_OFF = frozenset(env.list("QIM_NODE_CALL_OPS_OFF", default=[]))
 if QIM_REDIS_URL:

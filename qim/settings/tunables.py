@@ -27,7 +27,7 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     "auth_timeout_s": 10,
     "presence_ttl_s": 30,
     # The largest server-to-client frame (UTF-8 bytes of its JSON): room batches and replays,
-    # SYNC_BATCH and HISTORY_BATCH are cut below it (qim/gateway/fit.py). Daphne's
+    # SYNC_BATCH and HISTORY_BATCH are cut below it (qim/node/fit.py). Daphne's
     # --websocket-max-message-size (autobahn's maxMessagePayloadSize, 1 MiB by default and in
     # the Makefile) bounds what it sends too; the cut is exact, so the 64 KiB under that is
     # only a margin. It must stay above one event or message (max_custom_payload_bytes and

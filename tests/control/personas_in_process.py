@@ -9,7 +9,7 @@ from qim.actions.accounts import do_bootstrap_tenant, do_create_user
 from qim.actions.conversations import do_create_conversation
 from qim.actions.messages import do_send_message
 from qim.content_types import TEXT, builtin_policy
-from qim.gateway import codec
+from qim.infra import codec
 from qim.models import Conversation, Tenant, User
 
 _client_msg = count(1)

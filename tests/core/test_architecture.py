@@ -162,12 +162,66 @@ def test_the_checks_see_what_they_check():
     """Guards the two tests above against passing vacuously (a wrong root, a broken resolver)."""
     graph = import_graph()
     assert {"qim.gateway.consumer", "rooms.frames", "registry.cache"} <= set(graph)
-    assert "qim.infra.db" in graph["qim.actions.log"] or any(
-        t.startswith("qim.") for t in graph["qim.actions.log"]
-    )
+    assert {"qim.models", "qim.notify"} <= graph["qim.actions.log"]
     toy = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [c for c in strongly_connected(toy) if len(c) > 1] == [["a", "b", "c"]]
     assert _cycle_in(["a", "b", "c"], toy) == ["a", "b", "c", "a"]
+
+
+# The core's layers, lowest first (issue #33; docs/architecture.md draws them): a module imports
+# its own layer and those below, never one above. An app (rooms, reactions, ...) stands above
+# them all and is named by no core module (test_core_imports_no_app). The longest prefix wins.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("qim.clock", "qim.conf", "qim.errors", "qim.settings", "qim.infra")),
+    ("models", ("qim.models", "qim.windows")),
+    ("node", ("qim.node", "qim.server")),
+    ("queries", ("qim.content_types", "qim.render", "qim.hooks", "qim.notify", "qim.queries")),
+    ("actions", ("qim.actions", "qim.moderation", "qim.revocation")),
+    ("protocol", ("qim.gateway", "qim.frames")),
+    ("edges", ("qim.api", "qim.admin", "qim.ops", "qim.push", "qim.management", "qim.urls", "qim.asgi",
+               "qim.apps")),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of the layer `module` belongs to (None: the bare `qim` package)."""
+    best: tuple[int, int] | None = None
+    for index, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    return best[0] if best else None
+
+
+def test_every_core_module_has_a_layer():
+    unplaced = [m for m in project_modules() if m.split(".")[0] == "qim" and m != "qim" and layer_of(m) is None]
+    assert not unplaced, "core modules in no layer (add them to LAYERS):\n" + "\n".join(sorted(unplaced))
+
+
+def test_no_core_module_imports_a_layer_above_its_own():
+    upward = []
+    for module, targets in import_graph().items():
+        own = layer_of(module)
+        if module.split(".")[0] != "qim" or own is None:
+            continue
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if target.split(".")[0] == "qim" and theirs is not None and theirs > own:
+                upward.append(f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[theirs][0]})")
+    assert not upward, "imports that go up a layer (move the module, or offer a hook):\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_what_it_checks():
+    assert layer_of("qim.gateway.consumer") == 5 and layer_of("qim.actions.log") == 4
+    assert layer_of("qim.infra.db_outage") == 0 and layer_of("qim.api.views") == 6 and layer_of("qim") is None
+    graph = import_graph()
+    assert layer_of(next(iter(graph["qim.frames.messaging"] & {"qim.actions.messages"}))) == 4
+
+
+def test_the_core_top_level_stays_small():
+    """A newcomer maps qim/ from its packages: at most 20 modules beside them."""
+    top = sorted(path.name for path in (REPO / "qim").glob("*.py"))
+    assert len(top) <= 20, top
 
 
 # Issue #20's size bar: a module a newcomer can hold in mind, a function that fits a screen.

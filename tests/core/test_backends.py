@@ -17,7 +17,7 @@ PRINT_BACKENDS = """
 import asyncio, json, django
 django.setup()
 from qim.infra.backends import backend_family, registered_backends
-from qim.gateway.node import get_node
+from qim.node.connection_node import get_node
 from qim.infra.ratelimit import _limiter
 from reactions.pusher import get_pusher
 from rooms.service import get_room_service

@@ -1,4 +1,4 @@
-"""SYNC_BATCH and HISTORY_BATCH stay under QIM_MAX_OUTBOUND_FRAME_BYTES (qim/gateway/fit.py):
+"""SYNC_BATCH and HISTORY_BATCH stay under QIM_MAX_OUTBOUND_FRAME_BYTES (qim/node/fit.py):
 a backlog of big messages arrives in pages that each fit the cap, every event and row once
 and in order, `has_more` until the end, on a real node read by clients whose max message
 size is the cap."""

@@ -1,4 +1,4 @@
-"""The DB-thread health check (qim/infra/db.py checked_when_idle, QIM_DB_HEALTH_CHECK_IDLE_S) on
+"""The DB-thread health check (qim/gateway/db.py checked_when_idle, QIM_DB_HEALTH_CHECK_IDLE_S) on
 PostgreSQL, with the node's database sessions killed by pg_terminate_backend: a connection
 that sat idle past the setting is checked and replaced before use, so a SEND answers ACK at
 once; one used more recently is trusted, so a SEND on a killed one may answer `unavailable`

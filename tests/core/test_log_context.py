@@ -15,8 +15,8 @@ from dataclasses import replace
 from django.conf import settings
 from pythonjsonlogger.json import JsonFormatter
 
-from qim.infra.batching import KeyedBatcher
-from qim.gateway.connection import Connection
+from qim.gateway.batching import KeyedBatcher
+from qim.node.connection import Connection
 from qim.infra.log_context import ContextFilter, TextFormatter, bind_connection, current, frame_scope, unbound
 from tests.harness.qim_process import REPO, process_env
 

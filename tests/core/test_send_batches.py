@@ -1,4 +1,4 @@
-"""SEND batches (qim/infra/batching.py, qim/actions/messages.py do_send_messages) over real sockets,
+"""SEND batches (qim/gateway/batching.py, qim/actions/messages.py do_send_messages) over real sockets,
 on SQLite and on PostgreSQL: the SENDs to one conversation that arrive while its transaction
 waits are written in one, and each still gets its own ACK, seq, mailbox entries and badge.
 

@@ -1,4 +1,4 @@
-"""The one node-to-node path (qim/gateway/node_path.py), in process on Channels' real
+"""The one node-to-node path (qim/node/node_path.py), in process on Channels' real
 in-memory layer: every kind of message (a push batch, an RTC_SIGNAL push, a room batch, a
 node call) meets a full channel the same way, counted once as sent and once as dropped and
 answered False, and a message to this node runs its handler with no channel layer at all,
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
-from qim.gateway.connection import Connection
-from qim.gateway.node import ConnectionNode, get_node, node_channel, on_push_delivered
-from qim.gateway.user_push import UserPush
+from qim.node.connection import Connection
+from qim.node.connection_node import ConnectionNode, get_node, node_channel, on_push_delivered
+from qim.node.user_push import UserPush
 from rooms.leases import MemoryLeaseStore
 from rooms.service import RoomService
 from rtc.relay import deliver_to_devices

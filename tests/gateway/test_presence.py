@@ -50,7 +50,7 @@ async def test_presence_never_crosses_tenants(acme: TenantHandle, globex: Tenant
 async def test_watchers_on_one_node_come_and_go(acme: TenantHandle) -> None:
     """The node stays a watcher of a user while any of its connections watches, stops when
     the last one unsubscribes, and becomes one again on a new subscription (the in-process
-    directory's shared node sets, qim/gateway/presence.py)."""
+    directory's shared node sets, qim/node/presence.py)."""
     alice, carol, erin = acme.persona("alice"), acme.persona("carol"), acme.persona("erin")
     first, second = await alice.connect(), await carol.connect()
     assert await first.subscribe_presence([erin.user_id]) == {erin.user_id: False}

@@ -7,7 +7,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from qim.gateway.presence import RENEW_KEYS_PER_CALL, MemoryPresenceDirectory, RedisPresenceDirectory
+from qim.node.presence import RENEW_KEYS_PER_CALL, MemoryPresenceDirectory, RedisPresenceDirectory
 
 
 def redis_directory(redis_proc, ttl_s: float) -> RedisPresenceDirectory:  # type: ignore[no-untyped-def]

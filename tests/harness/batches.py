@@ -1,4 +1,4 @@
-"""Making a batch happen for sure in tests of qim/infra/batching.py: hold the lock a batch's
+"""Making a batch happen for sure in tests of qim/gateway/batching.py: hold the lock a batch's
 transaction takes first, and wait until the node has received every item (its counters)."""
 
 from __future__ import annotations

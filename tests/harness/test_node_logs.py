@@ -11,13 +11,13 @@ from tests.harness.node_logs import crash_blocks, crash_report, label_of, log_ho
 LOG = """\
 ==== start 1 ====
 127.0.0.1:41980 - - [03/Dec/2026:22:09:20] "GET /api/v1/health" 200 32
-2026-12-03 22:10:20,026 ERROR qim.gateway.node: disconnect hook end_calls_of_departed_device failed
+2026-12-03 22:10:20,026 ERROR qim.node.connection_node: disconnect hook end_calls_of_departed_device failed
 Traceback (most recent call last):
   File "/repo/qim/gateway/node.py", line 251, in unregister
     await hook(conn)
 redis.exceptions.ConnectionError: Connection closed by server.
 127.0.0.1:32818 - - [03/Dec/2026:22:10:28] "WSCONNECTING /ws/v1" - -
-2026-12-03 22:10:28,279 WARNING qim.infra.db: database away
+2026-12-03 22:10:28,279 WARNING qim.gateway.db: database away
 Traceback (most recent call last):
   File "/repo/qim/frames/messaging.py", line 126, in handle_send
     raise KeyError("x")
@@ -39,7 +39,7 @@ def test_each_error_comes_out_whole() -> None:
     assert first.splitlines()[-1] == "redis.exceptions.ConnectionError: Connection closed by server."
     assert "await hook(conn)" in first and "WSCONNECTING" not in first
     # A traceback logged under a WARNING keeps its record line and both chained exceptions.
-    assert second.splitlines()[0].endswith("WARNING qim.infra.db: database away")
+    assert second.splitlines()[0].endswith("WARNING qim.gateway.db: database away")
     assert "KeyError: 'x'" in second and second.splitlines()[-1] == "ValueError: y"
     assert "fine again" not in second
 

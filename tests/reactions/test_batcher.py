@@ -1,4 +1,4 @@
-"""REACT batches (qim/infra/batching.py) over real sockets, on SQLite and on PostgreSQL: the REACTs to one message
+"""REACT batches (qim/gateway/batching.py) over real sockets, on SQLite and on PostgreSQL: the REACTs to one message
 that arrive while its transaction waits go in one batch, and each still gets its own answer.
 
 To make a batch happen for sure (not by luck of timing), the test holds what a REACT

@@ -17,9 +17,9 @@ import json
 import time
 from collections import Counter
 
-from qim.gateway.connection import Connection
-from qim.gateway.foreground import ForegroundWork
-from qim.gateway.outbound import TextFrame
+from qim.node.connection import Connection
+from qim.node.foreground import ForegroundWork
+from qim.node.outbound import TextFrame
 from rooms.budget import FrameBudget
 from rooms.local import LocalRooms
 

@@ -1,5 +1,5 @@
 """A room tick gives way to conversation frames being handled (design C-3, isolation on one
-node), and only for a bounded time (qim/gateway/foreground.py, rooms/local.py).
+node), and only for a bounded time (qim/node/foreground.py, rooms/local.py).
 
 In-process: the tick's own code (LocalRooms) on a real event loop, with member connections
 whose socket is a recorder that takes 50 us a frame, so a tick to 300 members spans many
@@ -15,9 +15,9 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
-from qim.gateway.connection import Connection
-from qim.gateway.foreground import ForegroundWork
-from qim.gateway.outbound import TextFrame
+from qim.node.connection import Connection
+from qim.node.foreground import ForegroundWork
+from qim.node.outbound import TextFrame
 from rooms.local import TICK_GIVE_WAY_S, LocalRoom, LocalRooms
 
 MEMBERS = 300

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from qim.gateway.node import ConnectionNode
-from qim.gateway.presence import MemoryPresenceDirectory
+from qim.node.connection_node import ConnectionNode
+from qim.node.presence import MemoryPresenceDirectory
 from rtc.calls import ACCEPTED, ENDED, RINGING, Call, MemoryCallStore
 from rtc.departures import CallDepartures, OrphanedCalls
 from tests.conftest import QimDeployment, start_cluster

@@ -11,9 +11,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from qim.gateway.dispatch import registered_types
 from qim.gateway.errors import ERROR_CODES
-from qim.gateway.node import get_node
-from qim.ops.metrics import instruments
-from qim.ops.metrics.instruments import REGISTRY
+from qim.node.connection_node import get_node
+from qim.infra import instruments
+from qim.infra.instruments import REGISTRY
 from qim.ops.metrics.sources import counter, gauge, metrics_scraped
 from qim.server.catalog import REPLACEMENTS
 from qim.server.tuning import STATE as TUNING

@@ -10,7 +10,7 @@ from prometheus_client.exposition import choose_encoder
 
 from qim.ops.metrics.collector import declare_known_labels
 from qim.ops.metrics.guard import check_scraper
-from qim.ops.metrics.instruments import REGISTRY
+from qim.infra.instruments import REGISTRY
 
 
 @csrf_exempt  # a POST answers our 405, not a CSRF page

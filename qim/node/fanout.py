@@ -8,12 +8,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from qim.gateway.connection import Connection, UserKey
-from qim.gateway.node_hooks import node_message_handler, push_delivered_hooks
-from qim.gateway.node_path import NodePath
-from qim.gateway.presence import PresenceDirectory
-from qim.gateway.user_push import UserPush
-from qim.ops.metrics.instruments import fanout_done
+from qim.node.connection import Connection, UserKey
+from qim.node.node_hooks import node_message_handler, push_delivered_hooks
+from qim.node.node_path import NodePath
+from qim.node.presence import PresenceDirectory
+from qim.node.user_push import UserPush
+from qim.infra.instruments import fanout_done
 
 logger = logging.getLogger(__name__)
 

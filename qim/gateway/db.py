@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from qim.ops.metrics.instruments import timed_db
+from qim.infra.instruments import timed_db
 from qim.notify import collecting_pushes, deliver_all
 
 P = ParamSpec("P")

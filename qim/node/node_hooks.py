@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from qim.gateway.connection import Connection
+from qim.node.connection import Connection
 
 # The first argument of every handler and start hook is the ConnectionNode; typed Any because
-# qim/gateway/node.py imports this module, not the other way round.
+# qim/node/connection_node.py imports this module, not the other way round.
 NodeMessageHandler = Callable[[Any, dict[str, Any]], Awaitable[None]]
 NodeCallHandler = Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]
 DisconnectHook = Callable[[Connection], Awaitable[None]]

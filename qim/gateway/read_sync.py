@@ -13,7 +13,7 @@ from qim.actions.read_sync import flush_due_read_syncs
 from qim.infra.background import every, spawn
 from qim.clock import now_ms
 from qim.conf import limit
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The push object: what the on-commit helper (qim/notify.py) hands the ConnectionNode
-(qim/gateway/node.py). Its own module so that both import it and neither imports the other's
+(qim/node/connection_node.py). Its own module so that both import it and neither imports the other's
 caller."""
 
 from __future__ import annotations

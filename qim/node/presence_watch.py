@@ -8,11 +8,11 @@ import logging
 from collections import Counter, defaultdict
 from typing import Any
 
-from qim.gateway.codec import encode
-from qim.gateway.connection import Connection, UserKey
-from qim.gateway.fanout import BATCH
-from qim.gateway.node_path import NodePath
-from qim.gateway.presence import PresenceDirectory
+from qim.infra.codec import encode
+from qim.node.connection import Connection, UserKey
+from qim.node.fanout import BATCH
+from qim.node.node_path import NodePath
+from qim.node.presence import PresenceDirectory
 
 logger = logging.getLogger(__name__)
 

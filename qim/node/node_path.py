@@ -12,7 +12,7 @@ from typing import Any
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
-from qim.gateway.node_hooks import message_handler, node_groups
+from qim.node.node_hooks import message_handler, node_groups
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Daphne's --websocket-max-message-size (autobahn's maxMessagePayloadSize) bounds what the
 server sends as well as what it receives: a larger frame raises PayloadExceededError and is
-lost for that socket (`qim.gateway.outbound.outbound_frame_cap`). Replies whose list can grow
+lost for that socket (`qim.node.outbound.outbound_frame_cap`). Replies whose list can grow
 past it (ROOM_BATCH, SYNC_BATCH, HISTORY_BATCH, CONVERSATION_LIST) carry the items that fit and say `has_more`.
 A single item is never cut: every reply holds at least one, so that paging makes progress.
 """
@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from qim.gateway import codec
-from qim.gateway.outbound import outbound_frame_cap
+from qim.infra import codec
+from qim.node.outbound import outbound_frame_cap
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from qim.infra.backends import register_backend
 from qim.conf import limit
-from qim.gateway.connection import UserKey
+from qim.node.connection import UserKey
 from qim.infra.redis_client import get_redis
 
 

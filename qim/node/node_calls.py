@@ -11,8 +11,8 @@ from django.conf import settings
 
 from qim.infra.background import spawn
 from qim.errors import Refused
-from qim.gateway.node_hooks import call_handler, has_call_handler, node_message_handler
-from qim.gateway.node_path import NodePath
+from qim.node.node_hooks import call_handler, has_call_handler, node_message_handler
+from qim.node.node_path import NodePath
 
 logger = logging.getLogger(__name__)
 

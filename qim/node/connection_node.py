@@ -24,11 +24,11 @@ from qim.infra import gc_freeze, gc_pauses
 from qim.server.tuning import STATE as TUNING
 from qim.infra.backends import make_backend
 from qim.conf import limit
-from qim.gateway.connection import Connection, UserKey
-from qim.gateway.fanout import FanOut
-from qim.gateway.foreground import ForegroundWork
-from qim.gateway.node_calls import NodeCalls
-from qim.gateway.node_hooks import (
+from qim.node.connection import Connection, UserKey
+from qim.node.fanout import FanOut
+from qim.node.foreground import ForegroundWork
+from qim.node.node_calls import NodeCalls
+from qim.node.node_hooks import (
     disconnect_hooks,
     node_call_handler,
     node_message_handler,
@@ -37,10 +37,10 @@ from qim.gateway.node_hooks import (
     on_push_delivered,
     start_hooks,
 )
-from qim.gateway.node_path import NODE_CHANNEL_PREFIX, NodePath, node_channel
-from qim.gateway.presence import PresenceDirectory
-from qim.gateway.presence_watch import PresenceWatch
-from qim.gateway.user_push import UserPush
+from qim.node.node_path import NODE_CHANNEL_PREFIX, NodePath, node_channel
+from qim.node.presence import PresenceDirectory
+from qim.node.presence_watch import PresenceWatch
+from qim.node.user_push import UserPush
 from qim.infra.log_context import unbound
 
 # Where apps have always imported the registration decorators from.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qim.gateway.outbound import TextFrame
+    from qim.node.outbound import TextFrame
 
 UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's key for a user
 

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from qim.infra.db import in_db_thread
+from qim.gateway.db import in_db_thread
 from qim.errors import Refused
 from qim.infra.log_context import unbound
 
@@ -92,10 +92,10 @@ class KeyedBatcher(Generic[K, T, R]):
 
 
 def _node_counters() -> Counter[str]:
-    """This process's node's counters (qim/gateway/node.py imports batchers: imported on first use)."""
+    """This process's node's counters (qim/node/connection_node.py imports batchers: imported on first use)."""
     global _get_node
     if _get_node is None:
-        from qim.gateway.node import get_node
+        from qim.node.connection_node import get_node
 
         _get_node = get_node
     return _get_node().counters
