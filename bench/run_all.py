@@ -42,6 +42,8 @@ SCRIPTS = {
     "connections": (480, 120),
     "push_senders": (300, 150),
     "reconnect_storm": (300, 110),
+    # QIM_SERVER_TUNING on and off, side by side (density, reconnects, fan-out at --quick sizes).
+    "server_tuning": (600, 300),
 }
 
 
