@@ -28,7 +28,7 @@ def access_tenant_user(admin: User, user_id: str) -> User:
 
 
 class UserExportView(APIView):
-    """GET: the user's data as JSON lines (docs/operations.md §14.3), never a secret."""
+    """GET: the user's data as JSON lines (docs/operations.md §5.4), never a secret."""
 
     permission_classes = [IsTenantAdmin]
 

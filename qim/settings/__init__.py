@@ -257,7 +257,7 @@ STORAGES = {
 # about it on every first file; the files are small and this is the documented set-up.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
-# --- operations: readiness and log format (issue #21 items 2-3; docs/operations.md §7, §8) ---
+# --- operations: readiness and log format (issue #21 items 2-3; docs/operations.md §4.1, §4.4) ---
 # GET /api/v1/ready gives each check (database, Redis) this long before calling it failed.
 QIM_READY_TIMEOUT_S = env.float("QIM_READY_TIMEOUT_S", default=2.0)
 # `text` (the default, `make run`): one plain line per record, the connection and frame

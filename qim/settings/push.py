@@ -1,4 +1,4 @@
-"""The offline push outbox and its providers (APNs, FCM, Web Push): docs/operations.md §5.3, §11."""
+"""The offline push outbox and its providers (APNs, FCM, Web Push): docs/operations.md §2.4, §3.3."""
 
 from __future__ import annotations
 

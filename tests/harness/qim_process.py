@@ -215,7 +215,7 @@ class QimNode:
 
     def _access_log(self, env: dict[str, str]) -> list[str]:
         """daphne writes its access log as plain text to stdout: a JSON-logging node keeps it in
-        a file beside its log, as docs/operations.md §8 advises, so the log is JSON only."""
+        a file beside its log, as docs/operations.md §4.4 advises, so the log is JSON only."""
         if env.get("QIM_LOG_FORMAT", "").lower() != "json":
             return []
         return ["--access-log", str(self.log_dir / f"{self.node_id}.access.log")]
