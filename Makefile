@@ -73,9 +73,20 @@ services:
 
 # Two pytest-xdist workers by default (a test file per worker, so module fixtures stay shared):
 # about half the time of one process on the 2-core CI machine. TEST_WORKERS=0 runs one process.
+# Then the protocol's tests again on stock daphne, autobahn and Twisted (QIM_SERVER_TUNING=off,
+# every node the harness starts inherits it): every frame type, AUTH, rooms, closes, walls,
+# the SDKs and the fault tests, less those marked `tuned` (they test a replacement itself).
+# The REST, admin, push, registry and browser tests reach the WebSocket only through these.
 TEST_WORKERS ?= 2
+STOCK_TESTS := tests/gateway tests/walls tests/rooms tests/control tests/faults tests/reactions tests/rtc \
+  tests/client tests/fuzz/test_frame_fuzz.py
+.PHONY: test-stock
 test: deps services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-stock
+
+test-stock: deps services
+	QIM_SERVER_TUNING=off $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not tuned" $(STOCK_TESTS)
 
 bench: deps services
 	$(PY) bench/run_all.py

@@ -62,18 +62,20 @@ class DaphneSocket:
         self.plain = False
         # Frames' bytes `write` keeps while a read's frames are served (`hold`), else None.
         self.held: list[bytes] | None = None
-        SERVER_LIMITS.max_payload = self.max_payload
 
     @classmethod
     def under(cls, send: Any) -> "DaphneSocket | None":
         """The socket under an ASGI `send` when it is daphne's over plain TCP, else None.
 
         Daphne hands every application `partial(server.handle_reply, protocol)` as `send`.
+        Its message limit is noted either way: autobahn refuses to send a larger frame on
+        the stock path too (outbound_frame_cap).
         """
-        if "direct_writes" not in TUNING.enabled:
-            return None
         protocol = (getattr(send, "args", None) or (None,))[0]
         if not isinstance(protocol, WebSocketProtocol):
+            return None
+        SERVER_LIMITS.max_payload = protocol.maxMessagePayloadSize
+        if "direct_writes" not in TUNING.enabled:
             return None
         transport = protocol.transport
         if not plain_tcp(transport):

@@ -97,6 +97,7 @@ def fast_rooms(sqlite_template, work_dir) -> Iterator[QimDeployment]:  # type: i
     deployment.stop()
 
 
+@pytest.mark.tuned
 async def test_frames_queued_behind_unread_data_arrive_whole_and_in_order(fast_rooms: QimDeployment) -> None:
     tenant = fast_rooms.tenants["acme"]
     sender, reader = tenant.persona("sender"), tenant.persona("reader")

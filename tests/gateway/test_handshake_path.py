@@ -115,6 +115,7 @@ async def test_an_oversize_header_block_and_a_bad_upgrade_are_refused(node: QimD
         writer.close()
 
 
+@pytest.mark.tuned
 async def test_a_plain_upgrade_goes_straight_to_autobahn_any_other_through_daphne(node: QimDeployment) -> None:
     """qim/server/lean_upgrade.py: a boring request in one read skips Twisted's request and
     daphne's rewrite (counted); a header sent twice or a request cut across reads takes their

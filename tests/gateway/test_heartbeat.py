@@ -73,6 +73,7 @@ def client_port(sock: PingSocket) -> int:
     return sock.writer.get_extra_info("sockname")[1]
 
 
+@pytest.mark.tuned
 async def test_an_idle_socket_gets_heartbeats_and_stays_served(heartbeats: QimDeployment) -> None:
     alice = heartbeats.tenants["acme"].persona("alice")
     sock = await PingSocket.open(heartbeats.node.port)
@@ -91,6 +92,7 @@ async def test_an_idle_socket_gets_heartbeats_and_stays_served(heartbeats: QimDe
         sock.close()
 
 
+@pytest.mark.tuned
 async def test_a_direct_socket_gets_the_kernels_keepalive_and_no_frames(auto: QimDeployment) -> None:
     sock = await open_counted(auto, "keepalive_by_kernel")
     try:
@@ -106,6 +108,7 @@ async def test_a_direct_socket_gets_the_kernels_keepalive_and_no_frames(auto: Qi
         sock.close()
 
 
+@pytest.mark.tuned
 async def test_a_socket_through_a_proxy_gets_heartbeats_in_auto_mode(auto: QimDeployment) -> None:
     sock = await open_counted(auto, "keepalive_by_frames", headers={"X-Forwarded-For": "203.0.113.7"})
     try:

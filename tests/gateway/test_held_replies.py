@@ -31,6 +31,7 @@ def held_count(tenant: TenantHandle) -> int:
     return counter(tenant.node, tenant, "frames_written_held")
 
 
+@pytest.mark.tuned
 async def test_a_pipelined_reconnect_gets_every_reply_in_order_in_one_read(embedded: QimDeployment, raw: RawSocket) -> None:
     acme = embedded.tenants["acme"]
     alice, bob = acme.persona("alice"), acme.persona("bob")
@@ -53,6 +54,7 @@ async def test_a_pipelined_reconnect_gets_every_reply_in_order_in_one_read(embed
     assert held_count(acme) - held == 4
 
 
+@pytest.mark.tuned
 async def test_errors_among_frames_read_at_once_keep_their_places(embedded: QimDeployment, raw: RawSocket) -> None:
     acme = embedded.tenants["acme"]
     carol = acme.persona("carol")

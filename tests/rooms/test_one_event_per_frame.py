@@ -38,6 +38,7 @@ async def pushed_batches(client, room: str, want: int, timeout: float = 60.0) ->
     return frames
 
 
+@pytest.mark.tuned
 async def test_a_burst_goes_out_one_event_per_frame_in_order(one_per_frame: QimDeployment) -> None:
     tenant = one_per_frame.tenants["acme"]
     sender, reader = tenant.persona("sender"), tenant.persona("reader")
