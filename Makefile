@@ -83,7 +83,7 @@ STOCK_TESTS := tests/gateway tests/walls tests/rooms tests/control tests/faults 
 .PHONY: test-stock
 test: deps services
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-stock
+	@[ -n "$(PYTEST_ARGS)" ] || $(MAKE) --no-print-directory test-stock  # a subset asked for: that alone
 
 test-stock: deps services
 	QIM_SERVER_TUNING=off $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not tuned" $(STOCK_TESTS)
