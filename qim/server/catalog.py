@@ -46,6 +46,19 @@ REPLACEMENTS: tuple[Replacement, ...] = (
         kind="fix",
     ),
     Replacement(
+        name="protocol_errors",
+        why="a frame that breaks RFC 6455 is answered with a close frame (1002, 1007, 1009) behind what "
+            "was written, not a reset that throws both away",
+        verified_on={**DAPHNE, **AUTOBAHN},
+        originals=(
+            Original("daphne.ws_protocol.WebSocketFactory", "__init__", "f7f37a9ba32ac91b"),
+            Original(AUTOBAHN_WS, "_fail_connection", "6ae74d11d4badc1b"),
+            Original(AUTOBAHN_WS, "_protocol_violation", "73824de531283025"),
+        ),
+        apply="qim.server.protocol_errors:install",
+        kind="fix",
+    ),
+    Replacement(
         name="daphne_timers",
         why="daphne's per-second walks over every connection become a timing wheel over the due ones, "
             "with the kernel's TCP keepalive or an unsolicited Pong instead of a Ping per socket",

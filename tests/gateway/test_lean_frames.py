@@ -2,7 +2,7 @@
 (qim/server/lean_frames.py); every other frame still goes through autobahn, on a real node over
 a raw socket: fragments, a frame cut across reads, a control frame between text frames and a
 frame of 1 KiB and more are answered as before, in order; invalid UTF-8, an unmasked frame and a
-length that is not minimal drop the connection unanswered, as autobahn's failByDrop does."""
+length that is not minimal get autobahn's close frame and nothing more (qim/server/protocol_errors.py)."""
 
 from __future__ import annotations
 
@@ -98,16 +98,20 @@ async def frames_until_dropped(sock: RawSocket) -> list[tuple[int, bytes]]:
     return frames_in(data)
 
 
-@pytest.mark.parametrize("bad", [
-    pytest.param(frame(b'{"type": "PING", "req_id": "\xff"}'), id="invalid UTF-8"),
-    pytest.param(frame(ping("bare"), masked=False), id="unmasked"),
-    pytest.param(frame(ping("long"), long_length=True), id="a length that is not minimal"),
+@pytest.mark.parametrize("bad, code", [
+    pytest.param(frame(b'{"type": "PING", "req_id": "\xff"}'), 1007, id="invalid UTF-8"),
+    pytest.param(frame(ping("bare"), masked=False), 1002, id="unmasked"),
+    pytest.param(frame(ping("long"), long_length=True), 1002, id="a length that is not minimal"),
 ])
-async def test_bad_frames_drop_the_connection_as_autobahn_does(authed: RawSocket, bad: bytes) -> None:
+async def test_bad_frames_get_autobahns_close_frame_and_nothing_after(authed: RawSocket, bad: bytes, code: int) -> None:
+    """autobahn's path decides, and answers with the close code RFC 6455 §7.4.1 names
+    (qim/server/protocol_errors.py), then closes the socket; the frame after is never served."""
     await authed.write(frame(ping("first")))
     assert pong_ids(await frames_until(authed, 1)) == ["first"]
     await authed.write(bad + frame(ping("never")))
-    assert await frames_until_dropped(authed) == []
+    answered = await frames_until_dropped(authed)
+    assert [opcode for opcode, _ in answered] == [0x8], answered
+    assert int.from_bytes(answered[0][1][:2], "big") == code
 
 
 def test_unmasking_is_the_rfcs_xor() -> None:

@@ -39,8 +39,8 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 django.setup()
 
-from qim.gateway.node import get_node  # noqa: E402
-from qim.gateway.outbound import DIRECT, HELD, QUEUED, TextFrame  # noqa: E402
+from qim.node.connection_node import get_node  # noqa: E402
+from qim.node.outbound import DIRECT, HELD, QUEUED, TextFrame  # noqa: E402
 from qim.server.handshake import release_handshake  # noqa: E402
 from qim.server.tuning import STATE, install  # noqa: E402
 from qim.server.wire import DaphneSocket  # noqa: E402

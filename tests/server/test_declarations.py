@@ -103,7 +103,7 @@ def test_an_original_that_changed_is_named() -> None:
 
 def test_off_keeps_only_the_fixes() -> None:
     chosen, stock = plan("off")
-    assert [r.name for r in chosen] == [r.name for r in REPLACEMENTS if r.kind == "fix"] == ["raw_bodies", "connect_errors"]
+    assert [r.name for r in chosen] == [r.name for r in REPLACEMENTS if r.kind == "fix"] == ["raw_bodies", "connect_errors", "protocol_errors"]
     assert set(stock.values()) == {"QIM_SERVER_TUNING=off"}
 
 
