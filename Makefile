@@ -6,7 +6,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_TENANT ?= demo
 DEMO_PASSWORD ?= demo-password
-# daphne's -b/-p listen with a backlog of 50, too few for a reconnect storm (docs/performance.md).
+# daphne's -b/-p listen with a backlog of 50, too few for a reconnect storm (docs/performance.md,
+# "Lean handshake, upgrade, frame and per-socket paths").
 LISTEN_BACKLOG := 2048
 DAPHNE_LIMITS := --websocket-max-message-size 1048576 --websocket-max-frame-size 1048576
 # Web Push for the embedded setup: QIM_VAPID_PRIVATE_KEY when set, else a key generated once

@@ -154,7 +154,8 @@ def run_qim(work_dir, n: int, processes: int, asgi_server: str, node_env: dict[s
         name = "qim" if asgi_server == "daphne" else f"qim_{asgi_server}"
         row = hold(name, node.process.pid, Target("qim", node.ws_url), members, processes, IDLE_S)
         # Which keepalive the node gave the sockets (QIM_WS_KEEPALIVE=auto: the kernel's for
-        # direct ones, docs/performance.md "Fourth round: the kernel keeps a direct socket alive").
+        # direct ones, docs/performance.md,
+        # "Idle cost: the timing wheel and the kernel's TCP keepalive").
         # A long timeout: the node is still taking the 18 000 closes of `hold`'s end.
         counters = node_stats(node, admin, timeout=300)["counters"]
         row["keepalive"] = {"by_kernel": counters.get("keepalive_by_kernel", 0),

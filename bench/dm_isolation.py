@@ -20,7 +20,7 @@ process where and as the scheduler puts it). C-3 asks whether the node keeps DMs
 room flood: on a 2-core machine the 500 receiving sockets' own CPU, woken by every room tick,
 otherwise lands on the server's core, and a probe at normal priority on the server's core reads
 its EVENT only at the kernel's next scheduler tick once the server is busy (4 ms here), which
-times the kernel, not the node (docs/performance.md).
+times the kernel, not the node (docs/performance.md, "What is measured").
 """
 
 from __future__ import annotations

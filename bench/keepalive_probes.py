@@ -10,7 +10,7 @@ SO_KEEPALIVE, in turn on the first design ("single": TCP_USER_TIMEOUT 30 s from 
 the silence, so the first probe lost aborts) and on `kernel_schedule`'s ("schedule"). After
 SECONDS of silence it counts the server ends the kernel aborted (a recv() error) and the
 loopback packets the kernel dropped (/proc/net/softnet_stat's second column) in that time.
-Figures in docs/performance.md, "Fifth round: the kernel's TCP keepalive again"."""
+Figures in docs/performance.md, "Idle cost: the timing wheel and the kernel's TCP keepalive"."""
 import random
 import resource
 import socket

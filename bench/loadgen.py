@@ -41,8 +41,9 @@ def stamps_in(payload: bytes) -> list[tuple[bytes, bytes]]:
     """Each event's send time and message id (`i=`, the sender's req_id) in a frame, so that
     loss is counted per message (room_cases.count_loss). One regex `findall`, in C: a loop of
     `bytes.find` in Python was faster on a 3-event frame but several times slower on the
-    fan-out's ~190-event frames, where it made the receivers the bottleneck (the lead's 17:28
-    run: 535 379 deliveries/s against 1 449 092 at 15:00; docs/performance.md)."""
+    fan-out's ~190-event frames, where it made the receivers the bottleneck and cut the
+    deliveries/s to about a third of the room "max" figure (docs/performance.md,
+    "Other figures of the same run")."""
     return STAMP_AND_ID.findall(payload)
 
 

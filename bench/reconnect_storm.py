@@ -172,7 +172,8 @@ def run_qim(args: argparse.Namespace, n: int, work_dir: Path, asgi_server: str, 
         row = summary(f"qim {asgi_server}", storm.phase(), MISSED)
         row.update(cpu_figures(meter, client_meter, began, n))
         # The collector's passes (young, middle, full) during the storm and the node's memory
-        # after it: what QIM_GC_*_THRESHOLD trade (docs/performance.md, reconnect storms).
+        # after it: what QIM_GC_*_THRESHOLD trade (docs/performance.md,
+        # "The collector: freeze and thresholds").
         stats = node_stats(node, admin)
         row["gc_passes"] = [after - before for after, before in zip(stats["gc_collections"], stats_before["gc_collections"])]
         # And their milliseconds (young, middle, full): the collector's share of the CPU above.

@@ -6,7 +6,8 @@ frames in bursts make each loopback send() cheaper than the same sends spread ou
 N socket pairs on 127.0.0.1, the server side in this process, the client side in 4 asyncio
 receiver processes (as the bench's idle clients); N/25 sends a second (one per socket per 25 s,
 the default keepalive), in bursts of B sends every B/rate seconds (B=1: spread evenly); prints
-the sender's and the receivers' CPU per send. Figures in docs/performance.md, third round."""
+the sender's and the receivers' CPU per send. The keepalive it informed: docs/performance.md,
+"Idle cost: the timing wheel and the kernel's TCP keepalive"."""
 import asyncio
 import multiprocessing as mp
 import os

@@ -71,7 +71,7 @@ def _connected(ws_url: str, tokens: list[str]) -> tuple[asyncio.AbstractEventLoo
 
     Each slice used to open and AUTH fresh sockets, so every 0.5-1 s slice began on cold
     sockets; the sockets now idle through the COPY slices instead (docs/performance.md,
-    "Fourth round")."""
+    "What is measured")."""
     key = (ws_url, tuple(tokens))
     if key not in _SENDERS:
         import websockets

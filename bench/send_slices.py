@@ -2,7 +2,7 @@
 
 QIM's case and COPY's used to run one after the other, each for the whole case, so on a
 shared machine each half saw a different load and the ratio mostly said how busy the machine
-was in each half (docs/performance.md, "SEND against COPY"). Now one case is `rounds` rounds
+was in each half (docs/performance.md, "What is measured"). Now one case is `rounds` rounds
 of a QIM slice and a COPY slice of seconds / rounds each, in ABBA order (QIM first in even
 rounds, COPY first in odd ones), both against the same PostgreSQL with the same settings;
 each side's figure is its messages over its own slices' time. Each side's load runs in one

@@ -87,7 +87,8 @@ def prepare(options: argparse.Namespace) -> None:
 def listen_endpoint(bind: str, port: int) -> str:
     """daphne's -b/-p listen with Twisted's default backlog of 50, which a reconnect storm
     overflows (each dropped SYN costs its client 1 s, then 3 s): an endpoint string sets it
-    (docs/performance.md, "Issue 22: reconnect storms"); the kernel caps it at somaxconn."""
+    (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"); the kernel caps
+    it at somaxconn."""
     interface = bind.strip("[]").replace(":", "\\:")
     return f"tcp:port={port}:interface={interface}:backlog={LISTEN_BACKLOG}"
 

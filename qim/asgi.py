@@ -39,8 +39,8 @@ application = RecoverOnStart(
 # What start-up built (Django, DRF, Twisted, the registry, the URL maps) lives as long as the
 # process: keep it out of the collector's full passes, which stop the event loop for every
 # socket. With 500 sockets a full pass took 60-100 ms before, 12-60 ms after
-# (docs/performance.md, DM isolation). With QIM_GC_FREEZE, so is what every later middle or
-# full pass leaves alive, until a slow thaw (qim/infra/gc_freeze.py).
+# (docs/performance.md, "The collector: freeze and thresholds"). With QIM_GC_FREEZE, so is what
+# every later middle or full pass leaves alive, until a slow thaw (qim/infra/gc_freeze.py).
 if settings.QIM_GC_FREEZE:
     install_collector_freezer(settings.QIM_GC_UNFREEZE_PERIOD_S, settings.QIM_GC_UNFREEZE_GROWTH)
 else:

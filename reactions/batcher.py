@@ -1,5 +1,5 @@
 """REACT batches: the REACTs to one message that arrive while its transaction runs go
-together into the next one (qim/gateway/batching.py; docs/performance.md, "REACT")."""
+together into the next one (qim/gateway/batching.py; docs/performance.md, "REACT batching")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """ROOM_JOIN's room lookups gathered into one query per burst: after a reconnect storm every
 client rejoins its room at once, and a query each was a tenth of the node's time
-(docs/performance.md, "Issue 22: reconnect storms"). Another tenant's room answers not_found
-exactly like a room that does not exist."""
+(docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"). Another tenant's
+room answers not_found exactly like a room that does not exist."""
 
 from __future__ import annotations
 

@@ -8,14 +8,14 @@ import asyncio
 
 # How long a room's tick writes to sockets before it lets the loop run other work (a direct
 # write is one send() of 20-60 us on loopback: a 500-member tick takes about 10 ms,
-# docs/performance.md).
+# docs/performance.md, "Encode-once fan-out and direct socket writes").
 TICK_SLICE_S = 0.001
 # How many loop iterations a tick gives away after each slice. Other work advances one step
 # per iteration (a DM's frame is read, handled, handed to a DB thread, answered, pushed: a
 # step each), so with one iteration a DM that met a tick took a slice per step, up to the
 # whole tick. An iteration with nothing else to run is only a poll and the loop's own
 # Python, paid four times a millisecond by a big room's tick: yield_to_others stops at the
-# first (issue 22, docs/performance.md "Fifth round").
+# first (docs/performance.md, "Encode-once fan-out and direct socket writes").
 TICK_YIELDS = 4
 # The most a tick waits, in all, for conversation frames being handled (DMs, reads, reacts)
 # before its next slice (qim/node/foreground.py): long enough for a SEND's DB call at its
@@ -24,10 +24,10 @@ TICK_YIELDS = 4
 TICK_GIVE_WAY_S = 0.02
 # The least wait after a tick longer than the interval, in intervals. It was half: the tick
 # that wrote every member in one go (2026-12-02) read nothing between ticks, and with no wait
-# ticks of one event each followed one another (docs/performance.md, "Raising
-# room_outbound_frame_rate collapsed batching"). A tick now yields after every slice, and a
-# rolling tick (TickPlan) takes the events that arrive while it runs to the members it has not
-# reached yet, so a 5 000-member room's cycle is its tick plus this (issue 22).
+# ticks of one event each followed one another (docs/performance.md, "Merged per-node batches").
+# A tick now yields after every slice, and a rolling tick (TickPlan) takes the events that
+# arrive while it runs to the members it has not reached yet, so a 5 000-member room's cycle
+# is its tick plus this.
 TICK_GAP = 0.125
 
 

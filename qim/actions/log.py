@@ -179,7 +179,8 @@ def badge_increments(rows: Sequence[LogRow], recipients: dict[int, str]) -> dict
     if not counted:
         return None
     # Every counted row, less those the recipient wrote: one pass over the members, not one
-    # per member and row (a 1 000-member group, docs/performance.md).
+    # per member and row (a 1 000-member group, docs/performance.md,
+    # "Batched, set-based SEND on PostgreSQL").
     own = {pk: counted.count(pk) for pk in set(counted)}
     return {pk: len(counted) - own.get(pk, 0) for pk in recipients}
 

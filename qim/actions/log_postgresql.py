@@ -15,12 +15,12 @@ Heads and badges are plain UPDATEs of the rows that exist (a member's rows exist
 first message), under FORCE_INDEX_SCANS so they lock in user order (the push-capable devices
 are read after, with the planner's settings back): an upsert locks each row
 before it updates it, a WAL record and a buffer visit more per member and table, about a
-millisecond of a 1 000-member batch (docs/performance.md). When a row is missing (a member's
-first message, or a row another transaction is still inserting, which an UPDATE does not
-see), the try is rolled back to the savepoint taken after the log rows, which also releases
-its row locks, and the heads and badges are written by the ordered upserts, as always
-before: a second round trip, and no transaction ever waits on a row while holding a row it
-took out of order.
+millisecond of a 1 000-member batch (docs/performance.md,
+"Batched, set-based SEND on PostgreSQL"). When a row is missing (a member's first message, or a
+row another transaction is still inserting, which an UPDATE does not see), the try is rolled
+back to the savepoint taken after the log rows, which also releases its row locks, and the
+heads and badges are written by the ordered upserts, as always before: a second round trip, and
+no transaction ever waits on a row while holding a row it took out of order.
 """
 
 from __future__ import annotations

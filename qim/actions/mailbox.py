@@ -35,7 +35,8 @@ def bumped_users(increments: dict[int, int]) -> list[int]:
 def _pg_int_array(values: Iterable[int]) -> str:
     """A PostgreSQL array literal of integers, bound as one text parameter and cast in SQL
     (`%s::bigint[]`): psycopg dumps a Python list element by element in Python, 1-2 ms for
-    a thousand ids, a sixth of a SEND to 1 000 members (docs/performance.md)."""
+    a thousand ids, a sixth of a SEND to 1 000 members (docs/performance.md,
+    "Batched, set-based SEND on PostgreSQL")."""
     return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
@@ -122,10 +123,10 @@ def write_mailbox_entries(
     seqs grow with the spec index); answers, per spec, user pk -> its mailbox_seq.
 
     Set-based, without model instances (a 1 000-member group is 1 000 rows per message,
-    docs/performance.md): each recipient's head moves once for all the specs. On PostgreSQL
-    one statement per chunk takes the heads and inserts the entries from them; on SQLite the
-    heads' upsert ... RETURNING, then one executemany. Model signals do not fire for these
-    rows; nothing listens to them.
+    docs/performance.md, "Batched, set-based SEND on PostgreSQL"): each recipient's head moves
+    once for all the specs. On PostgreSQL one statement per chunk takes the heads and inserts
+    the entries from them; on SQLite the heads' upsert ... RETURNING, then one executemany.
+    Model signals do not fire for these rows; nothing listens to them.
     """
     per_spec: list[dict[int, int]] = [{} for _ in specs]
     if not specs:

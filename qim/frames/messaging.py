@@ -159,7 +159,8 @@ def _sync_pages(_key: None, requests: list[SyncRequest]) -> list[SyncPage]:
 
 
 # SYNCs that arrive while one is read go together in the next read: after a reconnect storm
-# every client SYNCs at once (docs/performance.md, "Issue 22: reconnect storms").
+# every client SYNCs at once (docs/performance.md,
+# "Lean handshake, upgrade, frame and per-socket paths").
 sync_batcher: KeyedBatcher[None, SyncRequest, SyncPage] = KeyedBatcher("sync", _sync_pages, max_items=200)
 
 

@@ -1,6 +1,7 @@
 """AUTH's token lookups gathered into one query per burst: after a node restart or a network
 blip thousands of clients AUTH at once, and one lookup each (a query and a thread hop) was
-most of what a reconnect cost the node (docs/performance.md, "Issue 22: reconnect storms").
+most of what a reconnect cost the node (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths").
 
 Nothing is cached: every AUTH reads the token's row as it is now, so a revoked or expired
 token, or a deactivated user, stops authenticating at once, as before.

@@ -24,10 +24,11 @@ class KeyedBatcher(Generic[K, T, R]):
     `apply(key, items)` runs in a DB thread (one transaction, usually under the key's row
     lock) and answers one result or Refused per item. An uncontended item runs at once,
     alone, so batching adds no latency; under contention a batch pays the lock, the commit
-    and the per-recipient rows once for all its items (docs/performance.md). An exception
-    raised by `apply` goes to every item of its batch. `after_batch(key, results)` runs on the
-    loop once the batch is answered (its push, say). The node counters `<name>_requests` and
-    `<name>_batches` count what came in and how many transactions it took.
+    and the per-recipient rows once for all its items (docs/performance.md,
+    "Batched, set-based SEND on PostgreSQL"). An exception raised by `apply` goes to every item
+    of its batch. `after_batch(key, results)` runs on the loop once the batch is answered (its
+    push, say). The node counters `<name>_requests` and `<name>_batches` count what came in and
+    how many transactions it took.
     """
 
     def __init__(
@@ -48,7 +49,8 @@ class KeyedBatcher(Generic[K, T, R]):
         self._waiting: dict[K, list[tuple[T, asyncio.Future[R]]]] = {}
         self._drains: dict[K, asyncio.Task[None]] = {}
         # The node's counter names, made once: counting was 2 us a submit (an import, the node
-        # lookup, two f-strings; docs/performance.md, "Issue 22: reconnect storms", sixth round).
+        # lookup, two f-strings; docs/performance.md,
+        # "Lean handshake, upgrade, frame and per-socket paths").
         self._requests_counter, self._batches_counter = f"{name}_requests", f"{name}_batches"
 
     async def submit(self, key: K, item: T) -> R:

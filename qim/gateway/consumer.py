@@ -66,7 +66,8 @@ class GatewayConsumer(AuthenticatingConsumer, AsyncWebsocketConsumer):
 
     async def _serve(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
         """Channels' AsyncConsumer.__call__ without a channel layer (none here) and without a
-        task per receive (an idle socket kept one; docs/performance.md, issue 22): in order."""
+        task per receive (an idle socket kept one; docs/performance.md,
+        "Lean handshake, upgrade, frame and per-socket paths"): in order."""
         self.scope = scope
         self.channel_layer = None
         self.base_send = send

@@ -16,8 +16,9 @@ reads that row first, then re-checks:
   re-checked once per BACKSTOP_EVERY x QIM_TOKEN_RECHECK_S (300 s by default), whatever
   the triggers saw (a restored dump, a trigger dropped by hand).
 Token expiry (QIM_TOKEN_TTL_S) needs no query: a heap of each socket's expiry moment, taken
-at each step. Before (second round) every step re-checked a tenth of all sockets with a
-query: 13 % of an idle node's samples at 18 000 sockets (docs/performance.md, issue 22).
+at each step. Before, every step re-checked a tenth of all sockets with a query: 13 % of an
+idle node's samples at 18 000 sockets (docs/performance.md,
+"Idle cost: the timing wheel and the kernel's TCP keepalive").
 """
 
 from __future__ import annotations

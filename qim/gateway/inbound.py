@@ -95,8 +95,8 @@ _LEAVES = frozenset({str, type(None), bool, float})
 def _out_of_range(value: Any) -> str | None:
     """The path below `value` of its first integer outside 64 bits ("" for `value` itself), or
     None. The path is built only for that integer, on the way back up: every frame is checked,
-    and naming each field it passed was most of the check's cost (docs/performance.md, "Issue
-    22: reconnect storms", sixth round)."""
+    and naming each field it passed was most of the check's cost
+    (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths")."""
     if isinstance(value, msgspec.Struct):
         for name in _typed_fields(type(value)):
             field = getattr(value, name)

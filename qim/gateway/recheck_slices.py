@@ -3,13 +3,13 @@
 The re-check (qim/gateway/revocation.py) runs in SLICES steps per QIM_TOKEN_RECHECK_S, each
 over a tenth of the sockets, so every socket is re-checked once per period. Choosing a slice by
 hashing each connection id walked every socket at every step: 10 walks of 18 000 sockets per
-period, about as much idle CPU as the re-check's queries (docs/performance.md, "Issue 22:
-density and idle cost"). Here the slices are kept lists: a socket goes into the slice of the
-step that finds it (so it is re-checked at that step, within one step of its AUTH, and then
-once per period), found among the newest entries of the node's index by its
-`connections_opened` counter (the index is a dict, so new sockets are at its end); a closed
-socket leaves its slice when its step next visits it. A step costs its slice and the sockets
-opened since the last step, not every socket.
+period, about as much idle CPU as the re-check's queries (docs/performance.md,
+"Idle cost: the timing wheel and the kernel's TCP keepalive"). Here the slices are kept lists:
+a socket goes into the slice of the step that finds it (so it is re-checked at that step,
+within one step of its AUTH, and then once per period), found among the newest entries of the
+node's index by its `connections_opened` counter (the index is a dict, so new sockets are at
+its end); a closed socket leaves its slice when its step next visits it. A step costs its slice
+and the sockets opened since the last step, not every socket.
 """
 
 from __future__ import annotations

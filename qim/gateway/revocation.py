@@ -46,7 +46,8 @@ async def on_credentials_revoked(node: ConnectionNode, message: dict[str, Any]) 
 # The re-check runs in RECHECK_SLICES steps per QIM_TOKEN_RECHECK_S, each over the sockets of
 # one slice (qim/gateway/recheck_slices.py), so every socket is still checked once per period but
 # the node never stops for all of them at once: 18 000 sockets took about 165 ms in one go, a
-# burst of several percent of a core in any 10 s window that held it (docs/performance.md, issue 22).
+# burst of several percent of a core in any 10 s window that held it
+# (docs/performance.md, "Idle cost: the timing wheel and the kernel's TCP keepalive").
 RECHECK_SLICES = SLICES
 
 

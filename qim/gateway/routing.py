@@ -2,13 +2,14 @@
 
 Channels' `OriginValidator` and `URLRouter` each stay a coroutine frame for a socket's whole
 life, URLRouter with its own copy of the scope: about 1.4 KiB per idle connection
-(docs/performance.md, "Second round: density"). `WebSocketRoute` makes the same decisions in
-a plain call that returns the consumer's coroutine (or the denier's), so nothing of it stays
-once the socket is served: the origin check is `QimOriginValidator.valid_origin` on the same
-parsed Origin header, the path is matched by the same Django route pattern after the same
-`root_path` handling. A path that matches nothing is refused like a bad origin, HTTP 403
-before the socket opens (URLRouter raised, which daphne answered with a 500 and a logged
-traceback). The route has no converters, so the scope gets no `url_route` (nothing reads it)."""
+(docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"). `WebSocketRoute`
+makes the same decisions in a plain call that returns the consumer's coroutine (or the
+denier's), so nothing of it stays once the socket is served: the origin check is
+`QimOriginValidator.valid_origin` on the same parsed Origin header, the path is matched by the
+same Django route pattern after the same `root_path` handling. A path that matches nothing is
+refused like a bad origin, HTTP 403 before the socket opens (URLRouter raised, which daphne
+answered with a 500 and a logged traceback). The route has no converters, so the scope gets no
+`url_route` (nothing reads it)."""
 
 from __future__ import annotations
 

@@ -3,12 +3,13 @@
 A SEND batch's statements that do not need each other's answers in Python (the log rows, the
 mailbox rows, the badges; the idempotency read and the online read) used to be one round trip
 each: on a loaded machine every round trip is a wake-up of PostgreSQL and of a node thread,
-which cost more than the statements' own work (docs/performance.md). Django's psycopg 3
-cursor binds parameters on the client and sends a query by the simple query protocol, which
-takes several statements separated by `;` in one message; PostgreSQL runs them in order, and
-psycopg keeps one result per statement (`nextset`). Inside a transaction an error in any of
-them aborts the transaction as it would have one at a time; outside one they run as one
-implicit transaction (only reads are sent that way here).
+which cost more than the statements' own work (docs/performance.md,
+"Batched, set-based SEND on PostgreSQL"). Django's psycopg 3 cursor binds parameters on the
+client and sends a query by the simple query protocol, which takes several statements separated
+by `;` in one message; PostgreSQL runs them in order, and psycopg keeps one result per
+statement (`nextset`). Inside a transaction an error in any of them aborts the transaction as
+it would have one at a time; outside one they run as one implicit transaction (only reads are
+sent that way here).
 
 Other databases, and a connection set to bind on the server (`server_side_binding`, which
 uses the extended protocol: one statement per message), run the statements one by one.

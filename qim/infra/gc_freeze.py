@@ -5,7 +5,7 @@ Why: after a join storm a node holds a few hundred thousand long-lived objects (
 protocol, consumer and room membership); a middle pass over what eleven young passes kept
 stopped a 5 000-socket node for 140-220 ms of CPU, often inside the next messages' delivery, and
 more frequent middle passes alone only moved the survivors on to the old generation's full
-passes (docs/performance.md, "Issue 22: per-frame cost and big rooms"). Frozen, they are scanned
+passes (docs/performance.md, "The collector: freeze and thresholds"). Frozen, they are scanned
 again only by a thaw. Young passes do not freeze: a handshake's cycles that outlive one young
 pass are still found by the next middle pass.
 
@@ -13,7 +13,7 @@ What it costs: nothing for a live object (reference counting still frees acyclic
 once), but a cycle that becomes garbage while frozen (a closed connection's, a handshake's that
 outlived a middle pass) waits for the next thaw: bounded by `growth` times the heap after the
 last thaw, and by `period_s` in time. That memory, and a thaw's full pass in a reconnect storm,
-are why QIM_GC_FREEZE is off by default (docs/performance.md, "Fourth round").
+are why QIM_GC_FREEZE is off by default (docs/performance.md, "The collector: freeze and thresholds").
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class frame_scope:  # lower case: used as `with frame_scope(...)`, as the functi
 
     A class, not a generator context manager: every frame of every socket enters one, and the
     generator, its frame and the wrapper were three objects and two resumptions per frame
-    (docs/performance.md, "Issue 22: reconnect storms", sixth round)."""
+    (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths")."""
 
     __slots__ = ("_frame_type", "_context", "_token", "_started")
 

@@ -2,10 +2,11 @@
 
 By default the connection whose commit takes the WAL past 1 000 pages copies the WAL into
 the database file, fsync included, inside that commit: about one DM SEND in a hundred paid
-4-6 ms more for it, which is the p99 of a DM (docs/performance.md, DM isolation). A server
-process instead turns automatic checkpoints off on its own connections and runs a PASSIVE
-checkpoint from a thread of its own every QIM_SQLITE_CHECKPOINT_INTERVAL_S: it copies what
-no reader still needs and waits for no lock, so commits and reads go on meanwhile.
+4-6 ms more for it, which is the p99 of a DM (docs/performance.md,
+"SQLite checkpoints off the commit path"). A server process instead turns automatic checkpoints
+off on its own connections and runs a PASSIVE checkpoint from a thread of its own every
+QIM_SQLITE_CHECKPOINT_INTERVAL_S: it copies what no reader still needs and waits for no lock,
+so commits and reads go on meanwhile.
 
 Nothing committed depends on the checkpointer: a commit is in the WAL either way, a server
 that dies leaves a WAL that the next connection to open the file replays, and other

@@ -1,8 +1,9 @@
 """The credentials generation row and the triggers that bump it (qim/models/credentials.py).
 
 Triggers, not code: a revocation that skips the application (a queryset's update, raw SQL, a
-restore script) must still move it, or a node would keep serving a revoked token (issue 22,
-docs/performance.md: the token re-check made O(changes))."""
+restore script) must still move it, or a node would keep serving a revoked token (the token
+re-check made O(changes): docs/performance.md,
+"Idle cost: the timing wheel and the kernel's TCP keepalive")."""
 
 from django.db import migrations, models
 

@@ -55,8 +55,8 @@ class UserMailboxHead(models.Model):
 
     A narrow row of its own rather than a column of User: every message to a group moves one
     per member, and PostgreSQL rewrites this row in place (fillfactor 50, no indexed column
-    changes) where the wide user row cost three times as much (docs/performance.md). Made
-    on a user's first entry."""
+    changes) where the wide user row cost three times as much (docs/performance.md,
+    "Batched, set-based SEND on PostgreSQL"). Made on a user's first entry."""
 
     user = models.OneToOneField(
         User, on_delete=models.CASCADE, primary_key=True, related_name="mailbox_head", db_constraint=False

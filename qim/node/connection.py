@@ -13,7 +13,7 @@ UserKey = tuple[int, str]  # (tenant pk, user_id): the directory's and index's k
 
 
 # Slots: one per authenticated socket, so no per-instance __dict__ (docs/performance.md,
-# "Issue 22: density and idle cost").
+# "Lean handshake, upgrade, frame and per-socket paths").
 @dataclass(eq=False, slots=True)
 class Connection:
     connection_id: str

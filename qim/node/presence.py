@@ -68,7 +68,7 @@ class MemoryPresenceDirectory:
     Per user it keeps a frozenset of node ids shared by every user with the same nodes (here
     almost always the one node) and a tuple of (node, device) pairs, not a set each: a set is
     216 bytes even with one member, and an idle connection paid three of them
-    (docs/performance.md, "Second round: density")."""
+    (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths")."""
 
     renews_entries = False
 

@@ -146,8 +146,8 @@ class RecoverOnStart:
     route, a callable that returns the awaitable serving the scope. Once the pass is over this
     is a plain call that returns the route's own awaitable, and routes are plain calls too
     (qim/gateway/routing.py), so no frame stays above the consumer for a socket's life: one
-    coroutine fewer per connection for the collector to walk (docs/performance.md, "Second
-    round: density" and the storm's sixth round)."""
+    coroutine fewer per connection for the collector to walk
+    (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths")."""
 
     def __init__(self, routes: dict[str, Any]) -> None:
         self.routes = routes

@@ -73,7 +73,8 @@ def identity_for_token(key: str, device_id: str | None) -> Identity | None:
 
 def identities_for_tokens(requests: list[tuple[str, str | None]]) -> list[Identity | None]:
     """identity_for_token for each (key, device_id), in order, with one query for them all:
-    a reconnect storm brings thousands of AUTHs at once (docs/performance.md). The rows are
+    a reconnect storm brings thousands of AUTHs at once (docs/performance.md,
+    "Lean handshake, upgrade, frame and per-socket paths"). The rows are
     read as live_tokens() filters (qim/queries/identity_rows.py), into plain rows."""
     digests = [token_digest(key) for key, _ in requests]
     rows = token_rows(set(digests), _issued_after())

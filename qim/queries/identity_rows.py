@@ -1,10 +1,10 @@
 """AUTH's token lookup as one SQL statement into the two instances a connection keeps.
 
 Through the ORM, `select_related("device__user__tenant")` compiled the query for every burst
-and made a token, a device, a user and a tenant instance per row (docs/performance.md, "Issue
-22: reconnect storms", third round). A connection keeps the User (handed to every action as
-`conn.user`) with its Tenant cached on it, and of the token and device only the digest, the
-issue time and the device id: those are read as plain columns, the User and Tenant are built
+and made a token, a device, a user and a tenant instance per row (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths"). A connection keeps the User (handed to
+every action as `conn.user`) with its Tenant cached on it, and of the token and device only the
+digest, the issue time and the device id: those are read as plain columns, the User and Tenant are built
 with `Model.from_db` from their columns, converted as Django's compiler would convert them."""
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def _sqlite_datetime(django_converter: Any, value: Any, expression: Any, db: Any
 def instance_from_db(model: type[Model], db_alias: str, values: list[Any]) -> Model:
     """`model.from_db(db_alias, None, values)` for a full row, without Model.__init__'s setattr
     per field and its two signals' sends when no receiver listens to them (a reconnect storm's
-    AUTH built two instances per token: 6 us each, docs/performance.md). The same instance:
+    AUTH built two instances per token: 6 us each, docs/performance.md,
+    "Lean handshake, upgrade, frame and per-socket paths"). The same instance:
     every field's attname in `__dict__`, a ModelState not adding, on `db_alias`
     (tests/core/test_auth_batched.py compares it with from_db's). A model with an `__init__`
     of its own, or a signal receiver, goes through from_db."""
@@ -184,7 +185,8 @@ def live_digests(digests: list[str], issued_after: datetime | None) -> set[str]:
     """Which of `digests` are live tokens' (user active, issued after `issued_after` when
     given): the node's periodic re-check of its sockets, as one statement without the ORM's
     compile of an IN list (a parameter prepared per digest: 2 % of a storm's samples while a
-    re-check slice ran, docs/performance.md)."""
+    re-check slice ran, docs/performance.md,
+    "Idle cost: the timing wheel and the kernel's TCP keepalive")."""
     if not digests:
         return set()
     statement = _select_digests(issued_after is not None) + "(" + ", ".join(["%s"] * len(digests)) + ")"

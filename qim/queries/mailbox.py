@@ -53,7 +53,8 @@ def sync_page(
 
 def sync_pages(requests: list[SyncRequest]) -> list[SyncPage]:
     """sync_page for each request, in order, reading the entries of all of them with one query
-    per distinct user among them (a reconnect storm's SYNCs, docs/performance.md): a user
+    per distinct user among them (a reconnect storm's SYNCs, docs/performance.md,
+    "Lean handshake, upgrade, frame and per-socket paths"): a user
     asked for twice (two devices) gets a query for each of its requests, as alone."""
     pages: list[SyncPage | None] = [None] * len(requests)
     pending = list(enumerate(requests))

@@ -2,10 +2,10 @@
 
 A reconnect storm's SYNCs are read together (qim/queries/mailbox.py `sync_pages`); through the
 ORM, building the OR of every cursor, compiling it and making an entry, a conversation, a
-message and its sender instance per row took most of that read (docs/performance.md, "Issue 22:
-reconnect storms", second round). The rows here carry the same attributes under the same names
-(`entry.message.sender.username`, `entry.conversation.e2ee`), so qim/render.py renders them
-exactly as it renders models."""
+message and its sender instance per row took most of that read (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths"). The rows here carry the same attributes
+under the same names (`entry.message.sender.username`, `entry.conversation.e2ee`), so
+qim/render.py renders them exactly as it renders models."""
 
 from __future__ import annotations
 

@@ -52,8 +52,9 @@ def capable_members(tenant_id: int, conversation_id: str) -> QuerySet:
 
 def capable_members_statement(tenant_id: int, conversation_id: str) -> tuple[str, list]:
     """capable_members as SQL and params, the SQL written out once: compiling the QuerySet
-    for every SEND batch was a sixth of the node's busy samples (issue #22,
-    docs/performance.md). The same rows, the same tenant wall (the conversation's tenant)."""
+    for every SEND batch was a sixth of the node's busy samples (docs/performance.md,
+    "Batched, set-based SEND on PostgreSQL"). The same rows, the same tenant wall (the
+    conversation's tenant)."""
     return _capable_members_sql(), [tenant_id, conversation_id]
 
 

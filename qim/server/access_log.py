@@ -2,9 +2,10 @@
 
 daphne's `AccessLogGenerator` makes a `datetime.now()` and runs `strftime` for every line:
 two or three lines per WebSocket (connecting, connected, disconnected), each formatting the
-same second again during a reconnect storm (docs/performance.md, "Issue 22: reconnect
-storms", fourth round). The log stays on by default (docs/operations.md §2.3); the lines keep
-daphne's NCSA-like format byte for byte: `host ident user [date] "request" status length`."""
+same second again during a reconnect storm (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths"). The log stays on by default
+(docs/operations.md §2.3); the lines keep daphne's NCSA-like format byte for byte:
+`host ident user [date] "request" status length`."""
 
 from __future__ import annotations
 

@@ -4,13 +4,14 @@ Daphne walks every connection in `application_checker` (each second: reap finish
 application instances, forget closed protocols) and in `timeout_checker` (every 2 s:
 `check_timeouts`, which sends the keepalive ping, closes past websocket_timeout and rejects a
 handshake past websocket_connect_timeout). With 18 000 idle sockets those two walks were most
-of the node's idle CPU (docs/performance.md, "Issue 22: density and idle cost"). Here the
-application checker visits only the protocols that disconnected or whose application finished
-(both say so as they happen), and the timeout checker files each protocol in a timing wheel
-under the second its next check falls due, so a tick costs what is due, not what is connected. What each
-check does is daphne's own `check_timeouts`, unchanged; only when it runs moves (never later
-than daphne's 2-second tick would have run it). The checkers themselves are in
-qim/server/daphne_checks.py, installed by qim/asgi.py.
+of the node's idle CPU (docs/performance.md,
+"Idle cost: the timing wheel and the kernel's TCP keepalive"). Here the application checker
+visits only the protocols that disconnected or whose application finished (both say so as they
+happen), and the timeout checker files each protocol in a timing wheel under the second its
+next check falls due, so a tick costs what is due, not what is connected. What each check does
+is daphne's own `check_timeouts`, unchanged; only when it runs moves (never later than daphne's
+2-second tick would have run it). The checkers themselves are in qim/server/daphne_checks.py,
+installed by qim/asgi.py.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class ConnectionTimers:
     second at or after its due moment, and a tick takes every slot up to now. Nothing is filed
     per frame: activity only moves `last_ping`, and the slot's check files the protocol again
     under its new due moment. A tick of 720 due sockets (18 000 at 25 s) then costs list
-    appends, not 720 heap pops and pushes (docs/performance.md, issue 22, third round)."""
+    appends, not 720 heap pops and pushes
+    (docs/performance.md, "Idle cost: the timing wheel and the kernel's TCP keepalive")."""
 
     def __init__(self) -> None:
         self.pending: set[Any] = set()  # disconnected, or its application finished

@@ -3,13 +3,14 @@
 * autobahn pretty-prints its whole configuration for a debug line on every WebSocket it
   accepts, and names its methods in colour for others, whether debug logging is on or not:
   pure-Python pprint, about 3 % of a node's time in a reconnect storm, then 2 % as a repr,
-  and 2 % more for the colours (docs/performance.md, "Issue 22: reconnect storms"). pformat
-  becomes `DeferredText`, a repr made only if the line is written (txaio drops debug lines
-  unformatted); hltype and hlval give the object itself, shown by its repr if written.
+  and 2 % more for the colours (docs/performance.md,
+  "Lean handshake, upgrade, frame and per-socket paths"). pformat becomes `DeferredText`, a
+  repr made only if the line is written (txaio drops debug lines unformatted); hltype and hlval
+  give the object itself, shown by its repr if written.
 * daphne and autobahn keep the handshake's request, parsed headers and raw bytes on the
   protocol for the socket's whole life, about 2 KiB of an idle connection's memory
-  (docs/performance.md, "Issue 22: density and idle cost"); nothing reads them after the
-  handshake but daphne's access log, which wants the path only (`release_handshake`); the
+  (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"); nothing reads
+  them after the handshake but daphne's access log, which wants the path only (`release_handshake`); the
   empty lists of offered subprotocols and extensions, read only during the handshake, become
   the shared empty tuple.
 * Twisted's HTTP channel that carried the upgrade request stays the TCP transport's

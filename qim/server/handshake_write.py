@@ -3,13 +3,13 @@
 autobahn writes its 101 (or a refusal: 403, 400, 426) with `transport.write`, which arms an
 asyncio writer (`loop.add_writer`, an epoll_ctl) that the next loop iteration's `doWrite`
 sends from and disarms again (another epoll_ctl): per reconnect, two system calls and a loop
-iteration more than the one `send()` needed (docs/performance.md, "Issue 22: reconnect
-storms", fourth round). While autobahn is CONNECTING, its other writes being plain, this
-sends the response as qim/server/wire.py sends frames: straight to the kernel when Twisted
-holds nothing for the socket, the rest behind what Twisted holds, so the byte stream keeps
-its order whichever path wrote it. Anything else (TLS, another transport, a sync or chopped
-send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's path. Once
-OPEN, the same hook first writes what a consumer holds for the socket, so autobahn's own
+iteration more than the one `send()` needed (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths"). While autobahn is CONNECTING, its other
+writes being plain, this sends the response as qim/server/wire.py sends frames: straight to the
+kernel when Twisted holds nothing for the socket, the rest behind what Twisted holds, so the
+byte stream keeps its order whichever path wrote it. Anything else (TLS, another transport, a
+sync or chopped send, autobahn's own queue in use, Twisted closing the socket) takes autobahn's
+path. Once OPEN, the same hook first writes what a consumer holds for the socket, so autobahn's own
 writes (a close, a Pong) come after it (qim/server/wire.py `release_held`)."""
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The keepalive without a wake-up: kernel TCP keepalive for direct sockets, an unsolicited
 Pong per idle socket where a proxy stands in between, dead peers found by the kernel.
 
-Why (docs/performance.md, "Issue 22: density and idle cost"): daphne's keepalive is a Ping
-through autobahn (a frame built per socket, a `callLater` for the pong timeout, Twisted's
-buffered writer) and a Pong to parse: about 0.1 ms of node CPU per idle socket per interval,
-8.7 % of a core at 18 000 sockets pinged every 25 s. RFC 6455 §5.5.3 lets an endpoint send
-an unsolicited Pong as a unidirectional heartbeat, no answer expected (browsers, `websockets`,
-Node's `ws` and our SDKs ignore it). Two bytes, framed once, written straight to the socket
-when Twisted holds nothing for it (qim/server/wire.py's path): but each is still a `send()`
-from the node's loop that wakes the client's process, the largest part of an idle node's CPU
-(fourth round). What the keepalive is for decides which one a socket gets:
+Why (docs/performance.md, "Idle cost: the timing wheel and the kernel's TCP keepalive"): daphne's
+keepalive is a Ping through autobahn (a frame built per socket, a `callLater` for the pong
+timeout, Twisted's buffered writer) and a Pong to parse: about 0.1 ms of node CPU per idle
+socket per interval, 8.7 % of a core at 18 000 sockets pinged every 25 s. RFC 6455 §5.5.3 lets
+an endpoint send an unsolicited Pong as a unidirectional heartbeat, no answer expected
+(browsers, `websockets`, Node's `ws` and our SDKs ignore it). Two bytes, framed once, written
+straight to the socket when Twisted holds nothing for it (qim/server/wire.py's path): but each
+is still a `send()` from the node's loop that wakes the client's process, the largest part of
+an idle node's CPU. What the keepalive is for decides which one a socket gets:
 - dead-peer detection and NAT / L4 balancer state need packets, not WebSocket data: the
   kernel's TCP keepalive (SO_KEEPALIVE, first probe after the interval of silence) sends them
   from its own timers, wakes neither the node nor the client's process, and aborts the
@@ -142,7 +142,8 @@ def kernel_schedule(interval_s: float, user_timeout_s: float, draw: float) -> Ke
       moment plus `user_timeout_s`: a dead peer is aborted when the Pong's would be (its
       unacknowledged Pong plus the timeout), but only after every one of those probes went
       unanswered. With TCP_USER_TIMEOUT at `user_timeout_s` alone, as first built, the first
-      probe lost aborted a live connection (docs/performance.md, "the kernel's TCP keepalive").
+      probe lost aborted a live connection
+      (docs/performance.md, "Idle cost: the timing wheel and the kernel's TCP keepalive").
     """
     idle = max(1, int(interval_s * (1 - JITTER * draw)))
     if user_timeout_s <= 0:

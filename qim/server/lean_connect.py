@@ -5,9 +5,9 @@ daphne builds the connection's ASGI scope, then starts the application through
 `maybeDeferred(server.create_application, ...)` with a callback and an errback added to it:
 three Deferreds run through for a call that is synchronous under QIM
 (qim/server/daphne_checks.py `create_application`), about 3 % of a node's CPU in a reconnect
-storm (docs/performance.md, "Issue 22: reconnect storms", sixth round). This `onConnect` makes
-the same scope from the same headers and calls the two directly. What differs is only what
-daphne got wrong around them: an application created for a socket that went away meanwhile
+storm (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"). This
+`onConnect` makes the same scope from the same headers and calls the two directly. What differs
+is only what daphne got wrong around them: an application created for a socket that went away meanwhile
 (`create_application` answers None) is not handed a `websocket.connect` (daphne raised there
 and logged the AttributeError), and an error creating it fails the handshake with a bare 500
 (qim/server/connect_errors.py) instead of leaving it to time out. The scope's `client`,

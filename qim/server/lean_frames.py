@@ -4,7 +4,7 @@ autobahn reads every inbound frame through about 25 Python calls (`processData`,
 `FrameHeader`, `onFrameBegin`, `onMessageBegin`, `onFrameData`, its incremental UTF-8 validator,
 `onFrameEnd`, `onMessageEnd`, a `fire("message")` that gathers a DeferredList for listeners no
 one registers), about 6 % of a node's CPU in a reconnect storm, whose AUTH, SYNC and ROOM_JOIN
-are three such frames (docs/performance.md, "Issue 22: reconnect storms", sixth round).
+are three such frames (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths").
 
 Almost every frame a client sends is one whole message: final, no reserved bits, text, masked,
 under 1 KiB, already whole in the buffer. `read_plain_text_frame` delivers such a frame

@@ -3,10 +3,10 @@
 autobahn's `_connectionMade` copies each of its 29 protocol options from the factory into the
 new protocol's `__dict__`, unless the protocol already has the attribute. With daphne's ~80
 attributes of its own, that pushed every socket's dict past 85 keys into the next dict size:
-3.3 KiB instead of 1.6 (docs/performance.md, "Second round: density"). The options are the
-same for every socket of a factory, so each daphne factory builds its sockets from a subclass
-of daphne's protocol whose class attributes are the factory's option values: `hasattr` is
-true, nothing is copied, and every read finds the value it found before. A later
+3.3 KiB instead of 1.6 (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths").
+The options are the same for every socket of a factory, so each daphne factory builds its
+sockets from a subclass of daphne's protocol whose class attributes are the factory's option
+values: `hasattr` is true, nothing is copied, and every read finds the value it found before. A later
 `setProtocolOptions` or `resetProtocolOptions` on the factory builds a new subclass, so new
 sockets see the change exactly as they did when the values were copied at connect; a value
 set on one protocol still wins over the class, as autobahn intends. With every option on the

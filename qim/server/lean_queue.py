@@ -1,6 +1,7 @@
 """The input queue daphne gives each application instance, without asyncio.Queue's weight:
 asyncio.Queue allocates three deques and an Event (four 760-byte deque blocks, about 3 KiB)
-for every socket, idle or not (docs/performance.md, "Issue 22: density and idle cost")."""
+for every socket, idle or not (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ class LeanQueue:
     protocol's side) and `get` (the application's `receive`). Items and waiting getters sit
     in lists made when needed and dropped once empty: a socket's queue is nearly always empty,
     and two empty lists per socket were two more objects for the collector to walk in every
-    pass (docs/performance.md, "Issue 22: reconnect storms", sixth round)."""
+    pass (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths")."""
 
     __slots__ = ("_items", "_getters")
 

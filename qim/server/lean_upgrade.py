@@ -6,7 +6,7 @@ line by line into a `Request` with its `Headers`, daphne's `WebRequest.process` 
 inlineCallbacks generator) checks it, registers the request as a connection and unregisters it
 again, writes the request back out as bytes, and feeds those to autobahn, which parses them
 again. In a reconnect storm that first pass was about 14 % of the node's CPU
-(docs/performance.md, "Issue 22: reconnect storms", sixth round).
+(docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths").
 
 When the first read of a plain-TCP connection is exactly one request of the boring kind every
 WebSocket client sends (`is_plain_upgrade`), the bytes go to daphne's WebSocket protocol at

@@ -3,9 +3,9 @@
 Every client frame is masked (RFC 6455 §5.3); autobahn makes a masker per frame, and its
 native one (`autobahn.nvx`) imports its module, allocates a C mask, a C masker with a GC hook
 and a C copy of the payload each time: about 3 % of a node's samples in a reconnect storm,
-whose frames are a few hundred bytes (docs/performance.md, "Issue 22: reconnect storms",
-third round). Below LARGE_FRAME bytes `IntXorMasker` does the same XOR in C through Python's
-integers; larger frames keep autobahn's SIMD masker."""
+whose frames are a few hundred bytes (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths"). Below LARGE_FRAME bytes `IntXorMasker`
+does the same XOR in C through Python's integers; larger frames keep autobahn's SIMD masker."""
 
 from __future__ import annotations
 

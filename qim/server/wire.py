@@ -1,6 +1,6 @@
 """Pushes written straight to daphne's Twisted transport, framed once per batch.
 
-Why (docs/performance.md, "Room fan-out and the room flood"): on daphne, writing one frame
+Why (docs/performance.md, "Encode-once fan-out and direct socket writes"): on daphne, writing one frame
 to one socket went through Channels, daphne's handle_reply, autobahn's framing and Twisted's
 `transport.write`, which arms an asyncio writer (`loop.add_writer`, an epoll_ctl) that the
 next loop iteration's `doWrite` sends from and disarms again: 70-85 % of the server's time
@@ -13,10 +13,10 @@ order frames were written in whichever path wrote them.
 
 While a consumer serves the frames of one read (`hold` to `release`), what `write` takes is
 held and written with one `send()` at the end: a pipelined reconnect's AUTH_OK, SYNC_BATCH and
-ROOM_BATCH in one instead of three (docs/performance.md, "Issue 22: reconnect storms", fifth
-round). Every other write to the socket releases what is held first (`write_now`, and
-autobahn's own `sendData`, qim/server/handshake_write.py), so the byte stream keeps the order
-the frames were written in.
+ROOM_BATCH in one instead of three (docs/performance.md,
+"Lean handshake, upgrade, frame and per-socket paths"). Every other write to the socket
+releases what is held first (`write_now`, and autobahn's own `sendData`,
+qim/server/handshake_write.py), so the byte stream keeps the order the frames were written in.
 
 With the `direct_writes` replacement stock (QIM_SERVER_TUNING=off, or a library it was not
 verified on: qim/server/catalog.py) every frame takes autobahn's path. So does anything

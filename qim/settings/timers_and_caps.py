@@ -55,15 +55,15 @@ QIM_MAX_INBOUND_FRAME_DEPTH = 32
 # is 700), set once the node has started (qim/asgi.py). A reconnect storm allocates tens of
 # thousands of short-lived objects per second; at 700 the young collections and the promotions
 # they cause cost ~15 % of the node's CPU per reconnect, at 20 000 about none (docs/performance.md,
-# "Issue 22: reconnect storms"). At most a few MB of garbage waits for a collection meanwhile.
+# "The collector: freeze and thresholds"). At most a few MB of garbage waits for a collection meanwhile.
 QIM_GC_YOUNG_THRESHOLD = env.int("QIM_GC_YOUNG_THRESHOLD", default=20_000)
 # Freeze what each middle or full collector pass leaves alive (qim/infra/gc_freeze.py), so that the
 # old generation stays empty and no pass rescans every socket's objects; with it the middle
 # threshold defaults to 1 (below). Off by default: it moved the collector's big passes out of a
 # 10 000-member room's traffic (p99 lower in four of four pairs), but cost about 1.5 KiB per idle
 # connection (cycles that outlive a middle pass wait for a thaw) and 15-75 % more collector CPU
-# in a reconnect storm (docs/performance.md, "Fourth round: ... frozen"). Frozen cyclic garbage
-# (a closed connection's) waits for a thaw: one full pass every QIM_GC_UNFREEZE_PERIOD_S, or
+# in a reconnect storm (docs/performance.md, "The collector: freeze and thresholds"). Frozen cyclic
+# garbage (a closed connection's) waits for a thaw: one full pass every QIM_GC_UNFREEZE_PERIOD_S, or
 # sooner once the frozen count has grown by QIM_GC_UNFREEZE_GROWTH times what the last thaw left
 # (1.0: doubled), so garbage stays within that share of the heap.
 QIM_GC_FREEZE = env.bool("QIM_GC_FREEZE", default=False)
@@ -74,31 +74,31 @@ QIM_GC_FREEZE = env.bool("QIM_GC_FREEZE", default=False)
 # kept: 140-220 ms of a 5 000-socket node's CPU in one step. Without freezing, (1, 100)
 # measured worse on the quiet machine (two-node room p99 436 and 757 ms against 380 and 399 at
 # (10, 10)): the survivors went on to the old generation and its full passes
-# (docs/performance.md, "Third round: ... the collector's pauses").
+# (docs/performance.md, "The collector: freeze and thresholds").
 QIM_GC_MIDDLE_THRESHOLD = env.int("QIM_GC_MIDDLE_THRESHOLD", default=1 if QIM_GC_FREEZE else 10)
 # A full pass walks every object of every socket (over a second of CPU at 20 000 sockets). At
 # Python's 10 one fell inside every 10 000-client reconnect storm, a sixth of its node CPU; at
 # 100 (with the middle at 10) none did. What waits longer is the cyclic garbage of closed
 # connections that had reached the old generation, about 1.1 KiB each: +10-12 MiB of RSS after
-# a storm of 10 000 (docs/performance.md, "Fifth round: the full pass out of the storm"). Python
+# a storm of 10 000 (docs/performance.md, "The collector: freeze and thresholds"). Python
 # also still waits until a quarter more objects were promoted since the last full pass.
 QIM_GC_OLD_THRESHOLD = env.int("QIM_GC_OLD_THRESHOLD", default=100)
 QIM_GC_UNFREEZE_PERIOD_S = env.float("QIM_GC_UNFREEZE_PERIOD_S", default=600.0)
 QIM_GC_UNFREEZE_GROWTH = env.float("QIM_GC_UNFREEZE_GROWTH", default=1.0)
-# Room pushes (rooms/local.py; docs/performance.md "Issue 22: per-frame cost and big rooms"):
+# Room pushes (rooms/local.py; docs/performance.md, "Merged per-node batches"):
 # the most events one pushed ROOM_BATCH carries; 0 (the default) merges everything a room's
 # tick holds into one frame. 1 pushes every event in a frame of its own (clients that want
 # one event per frame; the per-frame benchmark), still at most room_outbound_frame_rate
 # frames per connection: what the budget refuses waits, one event per frame still.
 QIM_ROOM_BATCH_MAX_EVENTS = env.int("QIM_ROOM_BATCH_MAX_EVENTS", default=0)
-# WebSocket keepalive (qim/server/heartbeat.py, daphne_timers.py; docs/performance.md "Issue 22:
-# density and idle cost"): an idle socket gets a keepalive frame after this many seconds without
-# a frame from its client. 25 s by default because what a user sees depends on it: a client
-# that vanished without closing (a phone losing its network) is seen offline, and its messages
-# pushed, within about this + the timeout below (about 55 s); and the proxies and load balancers
-# in front of nodes close sockets idle for 60 s by default (nginx's proxy_read_timeout, cloud
-# balancers), as do many mobile NATs. Raise it where none of that applies. 0: daphne's own
-# --ping-interval.
+# WebSocket keepalive (qim/server/heartbeat.py, daphne_timers.py; docs/performance.md,
+# "Idle cost: the timing wheel and the kernel's TCP keepalive"): an idle socket gets a keepalive
+# frame after this many seconds without a frame from its client. 25 s by default because what a user
+# sees depends on it: a client that vanished without closing (a phone losing its network) is seen
+# offline, and its messages pushed, within about this + the timeout below (about 55 s); and the
+# proxies and load balancers in front of nodes close sockets idle for 60 s by default (nginx's
+# proxy_read_timeout, cloud balancers), as do many mobile NATs. Raise it where none of that applies.
+# 0: daphne's own --ping-interval.
 QIM_WS_PING_INTERVAL_S = env.float("QIM_WS_PING_INTERVAL_S", default=25.0)
 # Which keepalive (qim/server/heartbeat.py). "auto" (the default) chooses per socket: one whose
 # upgrade came through an HTTP proxy (a Forwarded, X-Forwarded-*, X-Real-IP or Via header) gets

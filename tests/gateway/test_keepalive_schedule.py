@@ -2,7 +2,8 @@
 never later than the interval and spread per socket, and the kernel's abort only after every
 probe in the timeout went unanswered: with TCP_USER_TIMEOUT counting from the start of the
 silence, one probe lost (on loopback, more than netdev_max_backlog probes leaving in one timer
-softirq) aborted live sockets (docs/performance.md, "the kernel's TCP keepalive")."""
+softirq) aborted live sockets
+(docs/performance.md, "Idle cost: the timing wheel and the kernel's TCP keepalive")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""What the leaner per-socket state keeps (docs/performance.md, "Second round: density"):
+"""What the leaner per-socket state keeps:
 autobahn's options read from a per-factory class still bind every socket of the node
 (qim/server/lean_protocol.py), the WebSocket route without channels' routers still honours
 daphne's --root-path and the origin list (qim/gateway/routing.py), and a socket whose upgrade
-request was released keeps serving both ways (qim/server/handshake.py)."""
+request was released keeps serving both ways (qim/server/handshake.py). See
+docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"."""
 
 from __future__ import annotations
 

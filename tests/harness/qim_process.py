@@ -150,7 +150,8 @@ def wait_until_healthy(
 
 # Daphne's -b/-p listen with Twisted's default backlog of 50: a reconnect storm overflows it,
 # and each dropped SYN costs its client a 1 s (then 3 s) retransmission. An endpoint string
-# sets it (docs/performance.md, "Issue 22: reconnect storms"); the kernel caps it at somaxconn.
+# sets it (docs/performance.md, "Lean handshake, upgrade, frame and per-socket paths"); the kernel
+# caps it at somaxconn.
 LISTEN_BACKLOG = 2048
 
 
