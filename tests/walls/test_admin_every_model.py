@@ -3,9 +3,9 @@
 acme and globex each get a real row of every model (made by the project's actions). An
 operator in the group `tenant:acme` holding EVERY Django permission signs in, and for each
 model admin finds nothing of globex: not in the list (nor its filters), not on a change,
-delete or history page (globex's id answers exactly like a missing one), not through the
-autocomplete of any of the model's relations, not through a changelist action, and no form
-accepts globex's tenant, user or conversation. Django's own User and Group admins answer
+delete, history or view-on-site page (globex's id answers exactly like a missing one), not
+through the autocomplete of any of the model's relations, not through a changelist action,
+and no form accepts globex's tenant, user or conversation. Django's own User and Group admins answer
 403 to such an operator. A new admin that is not walled fails the first test."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.models import User as Operator
+from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, QuerySet
 from django.forms import ModelChoiceField
 from django.test import Client, RequestFactory
@@ -167,6 +168,9 @@ def test_a_scoped_operator_with_every_permission_finds_nothing_of_another_tenant
             assert expected.status_code in (302, 403), (view, expected.status_code)
             answers = [(answer.status_code, answer.get("Location")) for answer in (hidden, expected)]
             assert answers[0] == answers[1], view
+        shortcut = f"/admin/r/{ContentType.objects.get_for_model(model).pk}/"  # "view on site"
+        hidden, expected = client.get(f"{shortcut}{quote(theirs.pk)}/"), client.get(f"{shortcut}{MISSING}/")
+        assert (hidden.status_code, hidden.content) == (expected.status_code, expected.content)
 
     model_admin = admin.site._registry[model]
     request = request_as(operator)
