@@ -7,6 +7,7 @@ from django import forms
 from django.contrib import admin
 
 from qim.admin.base import ReadableDatesAdmin, ReadOnlyAdmin
+from qim.admin.tenants import TenantWallInline
 from qim.errors import Refused
 from registry.actions import InvalidType, do_create_type, do_update_type, registry_full, type_values
 from registry.models import CustomMessageType, CustomMessageTypeChange
@@ -29,7 +30,7 @@ class CustomMessageTypeForm(forms.ModelForm):
         return cleaned
 
 
-class ChangeInline(admin.TabularInline):
+class ChangeInline(TenantWallInline):
     model = CustomMessageTypeChange
     extra = 0
     can_delete = False

@@ -10,7 +10,7 @@ from qim.admin import operators  # noqa: F401  (Django's User and Group admins: 
 from qim.actions.credentials import do_activate_user, do_deactivate_user
 from qim.actions.push import do_retry_tasks
 from qim.admin.base import ReadableDatesAdmin, ReadOnlyAdmin
-from qim.admin.tenants import scoped_tenant_ids
+from qim.admin.tenants import TenantWallInline, scoped_tenant_ids
 from qim.clock import now_ms
 from qim.errors import Refused
 from qim.models import (
@@ -48,7 +48,7 @@ def has_push_credentials(device: Device) -> bool:
 DEVICE_FIELDS = ["device_id", "push_platform", has_push_credentials, "created_at"]
 
 
-class DeviceInline(admin.TabularInline):
+class DeviceInline(TenantWallInline):
     model = Device
     extra = 0
     fields = DEVICE_FIELDS

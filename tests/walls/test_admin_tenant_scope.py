@@ -11,7 +11,7 @@ from django.test import Client
 
 from qim.actions.accounts import do_bootstrap_tenant
 from qim.actions.conversations import do_populate_group
-from qim.models import PushTask, User
+from qim.models import MembershipInterval, PushTask, User
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +78,21 @@ def test_a_scoped_operator_cannot_attach_a_row_to_another_tenant_or_make_tenants
     assert page.status_code == 200 and "Select a valid choice" in page.content.decode()
     assert not User.objects.filter(username="mole").exists()
     assert acme_operator.get("/admin/qim/tenant/add/").status_code == 403
+
+
+def test_a_delete_that_would_reach_another_tenants_rows_names_their_kind_only_and_is_refused(
+    acme_operator: Client, tenants: dict
+) -> None:
+    """No action makes such a row (acme's user in globex's conversation): made by hand, to
+    prove that a cascade across the wall shows nothing of globex and deletes nothing."""
+    mine, theirs = tenants["acme"], tenants["globex"]
+    stray = MembershipInterval.objects.create(conversation_id=theirs.intervals.get().conversation_id, user=mine,
+                                              joined_at=0)
+    page = body(acme_operator.get(f"/admin/qim/user/{mine.pk}/delete/"))
+    assert "membership interval" in page and "globex" not in page
+    assert f"/admin/qim/membershipinterval/{stray.pk}/" not in page and str(stray) not in page
+    assert acme_operator.post(f"/admin/qim/user/{mine.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert User.objects.filter(pk=mine.pk).exists() and MembershipInterval.objects.filter(pk=stray.pk).exists()
 
 
 def test_a_superuser_still_sees_every_tenant(operator_client: Client, tenants: dict) -> None:
