@@ -28,6 +28,8 @@ from qim.moderation import ModerationService, Moderator
 
 @admin.register(Tenant)
 class TenantAdmin(ReadableDatesAdmin):
+    # Newest first, as a changelist without one shows; the autocomplete pages need an order too.
+    ordering = ("-pk",)
     list_display = ["name", "registry_version", "message_retention_s", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["registry_version", "created_at"]
@@ -58,6 +60,8 @@ class DeviceInline(TenantWallInline):
 
 @admin.register(User)
 class UserAdmin(ReadableDatesAdmin):
+    # Newest first, as a changelist without one shows; the autocomplete pages need an order too.
+    ordering = ("-pk",)
     list_display = ["username", "tenant", "display_name", "is_tenant_admin", "is_active", "created_at"]
     list_filter = ["tenant", "is_tenant_admin", "is_active", "created_at"]
     search_fields = ["username", "display_name"]
@@ -83,6 +87,8 @@ class UserAdmin(ReadableDatesAdmin):
 
 @admin.register(Device)
 class DeviceAdmin(ReadableDatesAdmin):
+    # Newest first, as a changelist without one shows; the autocomplete pages need an order too.
+    ordering = ("-pk",)
     list_display = ["device_id", "user", "push_platform", has_push_credentials, "created_at"]
     fields = ["user", *DEVICE_FIELDS]
     readonly_fields = DEVICE_FIELDS
@@ -95,6 +101,8 @@ class DeviceAdmin(ReadableDatesAdmin):
 @admin.register(MessageRecord)
 class MessageRecordAdmin(ReadOnlyAdmin):
     """The commit log, read-only; operators moderate through the recall action."""
+    # Newest first, as a changelist without one shows; the autocomplete pages need an order too.
+    ordering = ("-pk",)
 
     list_display = ["conversation_id", "conversation_seq", "kind", "content_type", "sender", "state", "sent_at_ms"]
     list_filter = ["kind", "state", "tenant", "sent_at_ms"]

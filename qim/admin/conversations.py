@@ -63,6 +63,8 @@ class StillMemberFilter(admin.SimpleListFilter):
 
 @admin.register(Conversation)
 class ConversationAdmin(ReadOnlyAdmin):
+    # Newest first, as a changelist without one shows; the autocomplete pages need an order too.
+    ordering = ("-pk",)
     list_display = ["id", "tenant", "kind", "title", "e2ee", "members", "last_seq", "last_activity_ms", "created_at"]
     list_filter = ["tenant", "kind", "e2ee", "last_activity_ms", "created_at"]
     search_fields = ["=id", "title"]
