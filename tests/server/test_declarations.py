@@ -5,6 +5,7 @@ here installs anything: the checks run on stock code in a fresh process, or on `
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from qim.server.catalog import BY_NAME, REPLACEMENTS
 from qim.server.declarations import Original, Replacement, code_digest, mismatch, version_of
-from qim.server.tuning import checked_mode, plan
+from qim.server.tuning import checked_mode
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARIES = ("daphne", "autobahn", "twisted")
@@ -62,29 +63,31 @@ def test_declarations_are_complete_and_consistent() -> None:
             assert callable(replacement.installer()), replacement.name
 
 
+def fresh_plan(**request: object) -> dict:
+    """plan() as a process that never installed anything judges it (tests/server/plan_probe.py)."""
+    done = subprocess.run([sys.executable, "-m", "tests.server.plan_probe", json.dumps(request)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env={"DJANGO_SETTINGS_MODULE": "qim.settings", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_everything_verifies_on_the_pinned_libraries() -> None:
+    assert fresh_plan() == {"chosen": [r.name for r in REPLACEMENTS], "stock": {}}
+
+
 def test_a_version_not_verified_leaves_that_replacement_stock_and_what_needs_it() -> None:
-    installed = version_of
-
-    def version(distribution: str) -> str | None:
-        return "26.12.0" if distribution == "twisted" else installed(distribution)
-
-    chosen, stock = plan("on", version=version)
+    judged = fresh_plan(versions={"twisted": "26.12.0"})
     twisted_ones = {r.name for r in REPLACEMENTS if "twisted" in r.verified_on}
-    assert set(stock) == twisted_ones
-    assert stock["lean_upgrade"] == "twisted 26.12.0 installed, verified on 26.10.0"
-    assert {r.name for r in chosen} == set(BY_NAME) - twisted_ones
+    assert set(judged["stock"]) == twisted_ones
+    assert judged["stock"]["lean_upgrade"] == "twisted 26.12.0 installed, verified on 26.10.0"
+    assert set(judged["chosen"]) == set(BY_NAME) - twisted_ones
 
 
 def test_a_replacement_needing_a_stock_one_stays_stock() -> None:
-    installed = version_of
-    chosen, stock = plan("on", version=lambda d: installed(d))
-    assert stock == {}
-    handshake_write = BY_NAME["direct_handshake_write"]
-    changed = Replacement(**{**handshake_write.__dict__, "verified_on": {"daphne": "1.0"}})
-    replacements = [changed if r is handshake_write else r for r in REPLACEMENTS]
-    chosen, stock = plan("on", replacements)
-    assert stock == {"direct_handshake_write": "daphne 4.2.3 installed, verified on 1.0",
-                     "direct_writes": "needs direct_handshake_write, which runs stock"}
+    judged = fresh_plan(verified_on={"direct_handshake_write": {"daphne": "1.0"}})
+    assert judged["stock"] == {"direct_handshake_write": "daphne 4.2.3 installed, verified on 1.0",
+                               "direct_writes": "needs direct_handshake_write, which runs stock"}
 
 
 def test_an_original_that_changed_is_named() -> None:
@@ -102,9 +105,10 @@ def test_an_original_that_changed_is_named() -> None:
 
 
 def test_off_keeps_only_the_fixes() -> None:
-    chosen, stock = plan("off")
-    assert [r.name for r in chosen] == [r.name for r in REPLACEMENTS if r.kind == "fix"] == ["raw_bodies", "connect_errors", "protocol_errors"]
-    assert set(stock.values()) == {"QIM_SERVER_TUNING=off"}
+    judged = fresh_plan(mode="off")
+    assert judged["chosen"] == [r.name for r in REPLACEMENTS if r.kind == "fix"]
+    assert judged["chosen"] == ["raw_bodies", "connect_errors", "protocol_errors"]
+    assert set(judged["stock"].values()) == {"QIM_SERVER_TUNING=off"}
 
 
 @pytest.mark.parametrize("value", ["", "On", "fast", "true"])
