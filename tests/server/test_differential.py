@@ -1,6 +1,6 @@
 """Differential tests (issue #33): the tuned server (QIM_SERVER_TUNING=on, every replacement of
 qim/server/catalog.py installed) and the stock one (off: daphne, autobahn and Twisted as
-shipped, plus the two fixes) answer the same client byte streams with the same bytes, the
+shipped, plus the fixes of kind "fix") answer the same client byte streams with the same bytes, the
 same close codes, the same connection endings, and hand the application the same events.
 
 Two real daphne processes serve tests/server/echo_asgi.py; hypothesis draws streams (upgrade
