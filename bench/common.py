@@ -311,10 +311,14 @@ def bootstrap(node: QimNode, tenant: str = "bench") -> str:
     return last_json_line(manage(node.env, "qim_bootstrap", "--tenant", tenant, "--admin", "admin", "--password", "pw"))["token"]
 
 
-def populate(node: QimNode, users: int, tokens_out: Path, group: str | None = None, members: int = 0, tenant: str = "bench") -> dict:
+def populate(node: QimNode, users: int, tokens_out: Path, group: str | None = None, members: int = 0, tenant: str = "bench",
+             tier: str | None = None) -> dict:
+    """qim_populate; `tier` fixes the group's default mailbox tier (else by size)."""
     args = ["qim_populate", "--tenant", tenant, "--users", str(users), "--tokens-out", str(tokens_out)]
     if group:
         args += ["--group", group, "--group-members", str(members)]
+    if tier:
+        args += ["--group-tier", tier]
     manage(node.env, *args)
     return json.loads(tokens_out.read_text())
 

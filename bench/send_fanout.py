@@ -173,7 +173,10 @@ def make_groups(node, sizes: list[int], work_dir: Path) -> dict[int, str]:  # ty
     smaller ones by u000001 through the REST API, which saves a manage.py start each."""
     groups: dict[int, str] = {}
     for size in sorted((s for s in sizes if s >= 1000), reverse=True) or [max(sizes)]:
-        groups[size] = populate(node, size, work_dir / f"tokens-{size}.json", group=f"g{size}", members=size)["group"]
+        # The `full` tier: this measures write diffusion (bench/large_groups.py the other tier).
+        groups[size] = populate(
+            node, size, work_dir / f"tokens-{size}.json", group=f"g{size}", members=size, tier="full"
+        )["group"]
     users = list(json.loads((work_dir / f"tokens-{max(sizes)}.json").read_text())["users"].items())
     for size in sizes:
         if size not in groups:

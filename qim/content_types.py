@@ -23,6 +23,8 @@ READ = "qim.read.v1"
 RECALL = "qim.recall.v1"
 EDIT = "qim.edit.v1"
 MEMBERSHIP = "qim.membership.v1"
+# Role, policy and title changes of a group (issue #34): CONTROL events like joins.
+GROUP = "qim.group.v1"
 CALL_RECORD = "qim.call_record.v1"
 REACTION = "qim.reaction.v1"
 GENERIC_PLACEHOLDER = "[message]"
@@ -55,6 +57,9 @@ BUILTIN_POLICIES = {
     MEMBERSHIP: _builtin(
         MEMBERSHIP, counts_unread=False, affects_session_order=False,
         preview_template="[membership changed]",
+    ),
+    GROUP: _builtin(
+        GROUP, counts_unread=False, affects_session_order=False, preview_template="[group changed]",
     ),
     # Recall and edit take their own seq (so offline members get them) but anchor on their
     # target: no timeline row, no unread, no move of the latest position (design §2).

@@ -70,6 +70,11 @@ def message_object(
         "sent_at_ms": record.sent_at_ms,
         "state": record.state,
     }
+    if record.kind == MessageRecord.MESSAGE:
+        message["mentions"] = loads(record.mentions) if record.mentions else []
+        message["mention_all"] = record.mention_all
+        if record.reply_to_seq is not None:
+            message["reply_to"] = reply_quote(record.conversation_id, conversation.e2ee, record.reply_to_seq)
     if record.edited_at_ms is not None:
         message["edited_at_ms"] = record.edited_at_ms
     if record.kind == MessageRecord.MESSAGE and record.target_conversation_seq is not None:
@@ -77,6 +82,29 @@ def message_object(
     if viewer_user_pk is not None and viewer_user_pk == record.sender_id:
         message.update(own_deadlines(record, now_ms()))
     return message
+
+
+def reply_quote(conversation_id: str, e2ee: bool, seq: int) -> dict[str, Any]:
+    """The quoted message of a reply as it is now: a recalled one shows as recalled (no
+    preview of its content), an erased sender under their erased id; one retention deleted
+    shows as `deleted` with no sender or type."""
+    target = (
+        MessageRecord.objects.select_related("sender")
+        .filter(conversation_id=conversation_id, conversation_seq=seq).first()
+    )
+    if target is None:
+        return {"conversation_seq": seq, "sender_id": None, "content_type": None, "preview": "", "state": "deleted"}
+    gone = target.state in (MessageRecord.RECALLED, MessageRecord.DELETED)
+    return {
+        "conversation_seq": seq,
+        "sender_id": target.sender.username,
+        "content_type": target.content_type,
+        "preview": "[recalled]" if gone else render_preview(
+            target.tenant_id, target.content_type, target.payload,
+            sender_id=target.sender.username, e2ee=e2ee,
+        ),
+        "state": target.state,
+    }
 
 
 def own_deadlines(record: MessageRecord, now: int) -> dict[str, int]:

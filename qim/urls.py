@@ -20,7 +20,8 @@ api_v1 = [
     path("users/<str:user_id>/export", api_data_protection.UserExportView.as_view(), name="user-export"),
     path("users/<str:user_id>/erase", api_data_protection.UserEraseView.as_view(), name="user-erase"),
     path("conversations", api.ConversationsView.as_view(), name="conversations"),
-    path("conversations/<str:conversation_id>/members", api.MembersView.as_view(), name="members"),
+    path("conversations/<str:conversation_id>", api.ConversationView.as_view(), name="conversation"),
+    path("conversations/<str:conversation_id>/members", api.MemberListView.as_view(), name="members"),
     path(
         "conversations/<str:conversation_id>/members/<str:user_id>",
         api.MemberView.as_view(),

@@ -3,7 +3,8 @@ re-issuing the EVENT push of one already logged (recovery, design §2)."""
 
 from __future__ import annotations
 
-from qim.actions.log import Appended, append_to_log, event_push
+from qim.actions.log import Appended, append_to_log
+from qim.actions.log_pushes import event_push
 from qim.content_types import builtin_policy
 from qim.infra import codec
 from qim.models import Conversation, MessageRecord, User, UserMailboxEntry

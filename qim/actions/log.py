@@ -4,24 +4,19 @@ transaction. Messages and logged control events (membership, recall, edit) all c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from django.db import connection
 
-from qim.actions.mailbox import (
-    EntrySpec,
-    bump_badges_finding_devices,
-    enqueue_offline_pushes,
-    event_push_parts,
-    write_mailbox_entries,
-)
 from qim.actions.log_postgresql import Bumped, write_in_one_trip
-from qim.content_types import OWN_SEQ, TypePolicy
-from qim.models import Conversation, MembershipInterval, MessageRecord, PushTask, User, UserMailboxEntry
-from qim.notify import UserPush, push_on_commit
-from qim.queries.conversations import current_members
+from qim.actions.log_pushes import count_for_others, event_push, live_push
+from qim.actions.log_rows import Appended, LogRow
+from qim.actions.mailbox import EntrySpec, write_mailbox_entries
+from qim.content_types import TypePolicy
+from qim.infra import codec
+from qim.models import Conversation, MembershipInterval, MessageMention, MessageRecord, User
+from qim.notify import push_on_commit
+from qim.queries.conversations import MemberSet, current_member_set
 from qim.queries.online import NOT_ASKED, OnlineDevices
-from qim.render import mailbox_event, message_object
 
 
 def lock_conversation(conversation_id: str) -> Conversation:
@@ -29,26 +24,28 @@ def lock_conversation(conversation_id: str) -> Conversation:
     return Conversation.objects.select_for_update().get(pk=conversation_id)
 
 
-def lock_with_members(conversation_id: str) -> tuple[Conversation, dict[int, str]]:
-    """lock_conversation and current_members (user pk -> user id); on PostgreSQL in one round
-    trip, the lock in a CTE and the members joined to it (issue #22).
+def lock_with_members(conversation_id: str) -> tuple[Conversation, MemberSet]:
+    """lock_conversation and current_member_set (who, in which role and tier); on PostgreSQL
+    in one round trip, the lock in a CTE and the members joined to it (issue #22).
 
     The join reads the statement's snapshot, taken before a lock wait: a membership change
     that committed while this waited would be missed. Every change of members appends to the
     log under this lock (qim/actions/conversations.py), so the conversation's last_seq in
     that snapshot (`seen_seq`) differs from the locked row's then, and the members are read
-    again after the lock. Raises Conversation.DoesNotExist."""
+    again after the lock. Role and tier changes take the lock too and move last_seq (their
+    events are logged). Raises Conversation.DoesNotExist."""
     if connection.vendor != "postgresql":
         conversation = lock_conversation(conversation_id)
-        return conversation, current_members(conversation.pk)
+        return conversation, current_member_set(conversation)
     table = Conversation._meta.db_table
     fields = [field.attname for field in Conversation._meta.concrete_fields]
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH c AS (SELECT * FROM {table} WHERE id = %s FOR UPDATE) "
             f"SELECT {', '.join(f'c.{name}' for name in fields)}, "
-            f"(SELECT last_seq FROM {table} WHERE id = %s), m.pks, m.ids FROM c "
-            "LEFT JOIN LATERAL (SELECT array_agg(i.user_id) AS pks, array_agg(u.username) AS ids "
+            f"(SELECT last_seq FROM {table} WHERE id = %s), m.pks, m.ids, m.roles, m.tiers FROM c "
+            "LEFT JOIN LATERAL (SELECT array_agg(i.user_id) AS pks, array_agg(u.username) AS ids, "
+            "array_agg(i.role) AS roles, array_agg(i.tier) AS tiers "
             f"FROM {MembershipInterval._meta.db_table} i JOIN {User._meta.db_table} u ON u.id = i.user_id "
             "WHERE i.conversation_id = c.id AND i.left_at IS NULL) m ON true",
             [conversation_id, conversation_id],
@@ -56,44 +53,11 @@ def lock_with_members(conversation_id: str) -> tuple[Conversation, dict[int, str
         row = cursor.fetchone()
     if row is None:
         raise Conversation.DoesNotExist(conversation_id)
-    *values, seen_seq, pks, ids = row
+    *values, seen_seq, pks, ids, roles, tiers = row
     conversation = Conversation.from_db(connection.alias, fields, values)
     if seen_seq != conversation.last_seq:
-        return conversation, current_members(conversation.pk)
-    return conversation, dict(zip(pks or (), ids or ()))
-
-
-@dataclass(frozen=True)
-class Appended:
-    record: MessageRecord
-    mailbox_seqs: dict[int, int]
-    push_tasks: int
-    # The EVENT push of this row; already queued on commit unless `defer_push`.
-    push: UserPush | None = None
-
-
-@dataclass(frozen=True)
-class LogRow:
-    """One row to append: its writer, its type and its payload."""
-
-    sender: User
-    sender_device_id: str
-    policy: TypePolicy
-    payload_json: str | None
-    kind: str = MessageRecord.MESSAGE
-    client_msg_id: str | None = None
-    target_conversation_seq: int | None = None
-    origin_device_id: str | None = None
-
-    @property
-    def moves_position(self) -> bool:
-        # anchor_target rows never move the latest position (design §2: two recalls in a
-        # row), whatever their type says; the row records the effective flag.
-        return self.policy.affects_session_order and self.policy.anchor_mode == OWN_SEQ
-
-    @property
-    def entry_kind(self) -> str:
-        return UserMailboxEntry.MESSAGE if self.kind == MessageRecord.MESSAGE else UserMailboxEntry.CONTROL
+        return conversation, current_member_set(conversation)
+    return conversation, MemberSet.of(conversation, zip(pks or (), ids or (), roles or (), tiers or ()))
 
 
 def append_to_log(
@@ -111,6 +75,8 @@ def append_to_log(
     origin_device_id: str | None = None,
     defer_push: bool = False,
     online: OnlineDevices = NOT_ASKED,
+    quiet: frozenset[int] = frozenset(),
+    live: dict[int, str] | None = None,
 ) -> Appended:
     """Write the next row of the log and diffuse it to `recipients` (user pk -> user id).
 
@@ -130,6 +96,7 @@ def append_to_log(
     )
     [appended] = append_rows_to_log(
         conversation, [row], recipients=recipients, now_ms=now_ms, defer_push=defer_push, online=online,
+        quiet=quiet, live=live,
     )
     return appended
 
@@ -142,12 +109,19 @@ def append_rows_to_log(
     now_ms: int,
     defer_push: bool = False,
     online: OnlineDevices = NOT_ASKED,
+    quiet: frozenset[int] = frozenset(),
+    live: dict[int, str] | None = None,
 ) -> list[Appended]:
     """append_to_log for several rows at once, in order, all to the same recipients: the
     conversation row, each recipient's mailbox head and badge are written once for all of
-    them (SEND batches, qim/actions/messages.py). Same lock, events and pushes per row."""
+    them (SEND batches, qim/actions/messages.py). Same lock, events and pushes per row.
+
+    `quiet` are the recipients in the `mention_only` tier (design §4.3): their badge and
+    offline pushes move only for rows that mention them. `live` are members who get no
+    mailbox entry (mention_only, not mentioned): their online devices get each row as a live
+    EVENT without mailbox_seq, encoded once."""
     records, update_fields = _next_records(conversation, rows, now_ms)
-    increments = badge_increments(rows, recipients)
+    increments = badge_increments(rows, recipients, quiet)
     bumped: Bumped | None = None
     if connection.vendor == "postgresql":  # every write below in one round trip
         seqs_per_row, bumped = write_in_one_trip(
@@ -162,20 +136,32 @@ def append_rows_to_log(
             specs=[_entry_spec(row, record.pk) for row, record in zip(rows, records)],
             recipients=recipients, now_ms=now_ms,
         )
-    pushed = _count_for_others(conversation, rows, records, recipients, now_ms, online, increments, bumped)
+    _insert_mentions(conversation, rows, records)
+    pushed = count_for_others(conversation, rows, records, recipients, now_ms, online, increments, bumped, quiet)
     appended = []
     for row, record, seqs, tasks in zip(rows, records, seqs_per_row, pushed):
         exclude = (row.sender.username, row.origin_device_id) if row.origin_device_id else None
         push = event_push(conversation, record, row.entry_kind, recipients, seqs, exclude_device=exclude)
         if not defer_push:
             push_on_commit(push)
+            if live:
+                push_on_commit(live_push(conversation, record, row.entry_kind, live))
         appended.append(Appended(record=record, mailbox_seqs=seqs, push_tasks=tasks, push=push))
     return appended
 
 
-def badge_increments(rows: Sequence[LogRow], recipients: dict[int, str]) -> dict[int, int] | None:
-    """Each recipient's badge grows by the counted rows others wrote; None when no row counts."""
+def badge_increments(
+    rows: Sequence[LogRow], recipients: dict[int, str], quiet: frozenset[int] = frozenset()
+) -> dict[int, int] | None:
+    """Each recipient's badge grows by the counted rows others wrote, or for a `quiet`
+    (mention_only) recipient by the rows of others that mention them; None when nothing moves."""
     counted = [row.sender.pk for row in rows if row.policy.counts_unread]
+    if quiet and any(pk in quiet for pk in recipients):
+        increments = {
+            pk: sum(1 for row in rows if row.sender.pk != pk and (row.mentions(pk) if pk in quiet else row.policy.counts_unread))
+            for pk in recipients
+        }
+        return increments if any(increments.values()) else None
     if not counted:
         return None
     # Every counted row, less those the recipient wrote: one pass over the members, not one
@@ -195,7 +181,15 @@ def _next_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: in
     head moved past them in memory; answers them and the conversation fields to save."""
     first = conversation.last_seq + 1
     conversation.last_seq += len(rows)
-    update_fields = ["last_seq"]
+    update_fields = ["last_seq", "counted_total"]
+    own_totals = _sender_totals(conversation.pk, {row.sender.pk for row in rows})
+    counted_totals, sender_totals = [], []
+    for row in rows:
+        counts = int(row.policy.counts_unread)
+        conversation.counted_total += counts
+        own_totals[row.sender.pk] += counts
+        counted_totals.append(conversation.counted_total)
+        sender_totals.append(own_totals[row.sender.pk])
     moved = [first + index for index, row in enumerate(rows) if row.moves_position]
     if moved:
         conversation.last_activity_seq, conversation.last_activity_ms = moved[-1], now_ms
@@ -216,10 +210,41 @@ def _next_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: in
             counts_unread=row.policy.counts_unread,
             affects_session_order=row.moves_position,
             timeline_visible=row.policy.timeline_visible,
+            counted_total=counted_totals[index],
+            sender_counted_total=sender_totals[index],
+            mentions=codec.encode(list(row.mentioned.values())) if row.mentioned else None,
+            mention_all=row.mention_all,
+            reply_to_seq=row.reply_to_seq,
         )
         for index, row in enumerate(rows)
     ]
     return records, update_fields
+
+
+def _sender_totals(conversation_id: str, sender_pks: set[int]) -> dict[int, int]:
+    """Each sender's running count of counts_unread rows in the conversation so far: their
+    newest row's (one seek of the sender_rows index each; the conversation is locked)."""
+    totals = {}
+    for pk in sorted(sender_pks):
+        newest = (
+            MessageRecord.objects.filter(conversation_id=conversation_id, sender_id=pk)
+            .order_by("-conversation_seq").values_list("sender_counted_total", flat=True).first()
+        )
+        totals[pk] = newest or 0
+    return totals
+
+
+def _insert_mentions(conversation: Conversation, rows: Sequence[LogRow], records: Sequence[MessageRecord]) -> None:
+    """The MessageMention rows mention_count counts (qim.queries.unread), for rows that name
+    users; an @all names no one here (it is a flag on the row)."""
+    mentions = [
+        MessageMention(conversation_id=conversation.pk, message_id=record.pk,
+                       conversation_seq=record.conversation_seq, user_id=pk)
+        for row, record in zip(rows, records)
+        for pk in row.mentioned
+    ]
+    if mentions:
+        MessageMention.objects.bulk_create(mentions)
 
 
 def _insert_records(records: list[MessageRecord]) -> None:
@@ -227,81 +252,3 @@ def _insert_records(records: list[MessageRecord]) -> None:
         records[0].save(force_insert=True)
     else:
         MessageRecord.objects.bulk_create(records)  # both backends return the new pks
-
-
-def _count_for_others(
-    conversation: Conversation,
-    rows: Sequence[LogRow],
-    records: Sequence[MessageRecord],
-    recipients: dict[int, str],
-    now_ms: int,
-    online_by_id: OnlineDevices,
-    increments: dict[int, int] | None,
-    bumped: Bumped | None,
-) -> list[int]:
-    """Badges and offline pushes of the counted rows: each recipient's badge grows by
-    `increments` (already, when `bumped` holds what that answered); answers the PushTasks
-    queued per row. Asks no one who is online: the row lock is held (`online_by_id` was
-    asked before it, qim.queries.online)."""
-    if increments is None:
-        return [0] * len(rows)
-    counted = [(row, record) for row, record in zip(rows, records) if row.policy.counts_unread]
-    final_badges, devices = bumped or bump_badges_finding_devices(increments, now_ms)
-    with_credentials = {user_pk for _, user_pk, _ in devices}
-    if not with_credentials:
-        return [0] * len(rows)
-    online = {pk: set(online_by_id.get(recipients[pk], ())) for pk in with_credentials}
-    # A push carries the badge as of its row: the final badge less the later rows it counts.
-    still_to_come = dict(final_badges)
-    pushed_per_record: dict[int, int] = {}
-    for row, record in reversed(counted):
-        others = {pk for pk in with_credentials if pk != row.sender.pk}
-        preview = message_object(record, conversation)["preview"]
-        payloads = {
-            pk: {
-                "conversation_id": conversation.pk,
-                "conversation_seq": record.conversation_seq,
-                "sender_id": row.sender.username,
-                "preview": preview,
-                "badge": still_to_come.get(pk, 0),
-            }
-            for pk in others
-        }
-        pushed_per_record[record.pk] = enqueue_offline_pushes(
-            tenant_id=conversation.tenant_id,
-            devices=[device for device in devices if device[1] in others],
-            online_devices=online,
-            payload_for=payloads,
-            kind=PushTask.MESSAGE,
-            now_ms=now_ms,
-        )
-        for pk in others:
-            still_to_come[pk] = still_to_come.get(pk, 0) - 1
-    return [pushed_per_record.get(record.pk, 0) for record in records]
-
-
-def event_push(
-    conversation: Conversation,
-    record: MessageRecord,
-    entry_kind: str,
-    recipients: dict[int, str],
-    seqs: dict[int, int],
-    *,
-    exclude_device: tuple[str, str] | None = None,
-) -> UserPush:
-    """The EVENT push of a logged row to its mailbox entries (user pk -> mailbox_seq), encoded
-    once; pass it to qim.notify.push_on_commit."""
-    template = UserMailboxEntry(
-        mailbox_seq=0, kind=entry_kind, conversation=conversation, message=record
-    )
-    event = mailbox_event(template, conversation)
-    del event["mailbox_seq"]
-    head, tail = event_push_parts(event)
-    return UserPush(
-        tenant_id=conversation.tenant_id,
-        user_ids=list(recipients.values()),
-        head=head,
-        tail=tail,
-        per_user={recipients[pk]: str(seq) for pk, seq in seqs.items()},
-        exclude_device=exclude_device,
-    )

@@ -18,7 +18,7 @@ from qim.content_types import TypePolicy
 from qim.infra.db_statements import run_together
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
-from qim.queries.conversations import access_conversation, require_current_member
+from qim.queries.conversations import MemberSet, access_conversation, intervals_of, require_current_member
 from qim.queries.online import NOT_ASKED, OnlineDevices, capable_members_statement, online_devices_of
 
 
@@ -45,16 +45,22 @@ class SendRequest:
     payload_json: str
     target_conversation_seq: int | None = None
     rate_refusal: Refused | None = None
+    # As sent: the user ids mentioned (checked against the members under the lock), @all,
+    # and the seq replied to.
+    mentions: tuple[str, ...] = ()
+    mention_all: bool = False
+    reply_to: int | None = None
 
     @property
     def key(self) -> tuple[int, str]:
         return (self.sender.pk, self.client_msg_id)
 
-    def log_row(self) -> LogRow:
+    def log_row(self, mentioned: dict[int, str]) -> LogRow:
         return LogRow(
             sender=self.sender, sender_device_id=self.device_id, policy=self.policy,
             payload_json=self.payload_json, client_msg_id=self.client_msg_id,
             target_conversation_seq=self.target_conversation_seq,
+            mentioned=mentioned, mention_all=self.mention_all, reply_to_seq=self.reply_to,
         )
 
 
@@ -203,30 +209,100 @@ def _write_sends(
         except Conversation.DoesNotExist:
             return [Refused("not_found", "no such conversation") for _ in requests]
         outcomes: list[SendAck | Refused | None] = []
-        accepted: list[SendRequest] = []
+        accepted: list[LogRow] = []
+        by_id = {user_id: pk for pk, user_id in members.ids.items()}
         for request in requests:
-            refusal = _refusal(request, conversation, members)
+            refusal = _refusal(request, conversation, members) or _address_refusal(request, conversation, members, by_id)
             outcomes.append(refusal)
             if refusal is None:
-                accepted.append(request)
+                accepted.append(request.log_row({by_id[user_id]: user_id for user_id in request.mentions}))
         if not accepted:
             return outcomes  # type: ignore[return-value]
-        appended = iter(append_rows_to_log(
-            conversation, [request.log_row() for request in accepted], recipients=members, now_ms=now_ms(),
-            online=online,
-        ))
+        now = now_ms()
+        written: list = []
+        for run in _runs(accepted):
+            recipients, quiet, live = audience(members, run)
+            written += append_rows_to_log(
+                conversation, run, recipients=recipients, now_ms=now, online=online, quiet=quiet, live=live,
+            )
+        appended = iter(written)
     return [outcome or _ack(next(appended).record) for outcome in outcomes]
 
 
-def _refusal(request: SendRequest, conversation: Conversation, members: dict[int, str]) -> Refused | None:
+def _runs(rows: list[LogRow]) -> Iterable[list[LogRow]]:
+    """The rows in order, cut where the mailbox audience changes: rows that mention no one
+    share theirs (one write for the batch); a row that mentions goes on its own."""
+    run: list[LogRow] = []
+    for row in rows:
+        if row.mentioned or row.mention_all:
+            if run:
+                yield run
+            yield [row]
+            run = []
+        else:
+            run.append(row)
+    if run:
+        yield run
+
+
+def audience(members: MemberSet, rows: Sequence[LogRow]) -> tuple[dict[int, str], frozenset[int], dict[int, str]]:
+    """Who gets mailbox entries for `rows` (design §4.3): every `full` member, the senders
+    (their own devices sync their messages), and whom the rows mention; and of those the
+    `mention_only` ones (`quiet`); the other members get the rows live only."""
+    addressed = {row.sender.pk for row in rows}
+    if any(row.mention_all for row in rows):
+        addressed.update(members.ids)
+    for row in rows:
+        addressed.update(row.mentioned)
+    recipients, live = {}, {}
+    for pk, user_id in members.ids.items():
+        if pk not in members.quiet or pk in addressed:
+            recipients[pk] = user_id
+        else:
+            live[pk] = user_id
+    for row in rows:  # a sender who is no member (an admin's event) still gets their entry
+        recipients.setdefault(row.sender.pk, row.sender.username)
+    return recipients, members.quiet & frozenset(recipients), live
+
+
+def _refusal(request: SendRequest, conversation: Conversation, members: MemberSet) -> Refused | None:
     """Why this request may not be written (the same order as _access_refusal), or None."""
     if conversation.tenant_id != request.sender.tenant_id:  # another tenant's id: as if absent
         return Refused("not_found", "no such conversation")
-    if request.sender.pk not in members:
+    if request.sender.pk not in members.ids:
         return Refused("forbidden", "you are not a member of this conversation")
     if request.target_conversation_seq is not None and request.target_conversation_seq > conversation.last_seq:
         return Refused("not_found", f"no message {request.target_conversation_seq} to anchor on")
     return None
+
+
+def _address_refusal(
+    request: SendRequest, conversation: Conversation, members: MemberSet, by_id: dict[str, int]
+) -> Refused | None:
+    """Mentions of current members only, @all as the group's policy allows, a reply to a
+    message the sender can see."""
+    for user_id in request.mentions:
+        if user_id not in by_id:
+            return Refused("bad_request", f"cannot mention {user_id}: not a member of this conversation")
+    if request.mention_all and not may_mention_all(conversation, members, request.sender.pk):
+        return Refused("forbidden", "only the owner and admins may mention everyone in this group")
+    if request.reply_to is not None and not can_see_message(conversation, request.sender.pk, request.reply_to):
+        return Refused("not_found", f"no message {request.reply_to} to reply to")
+    return None
+
+
+def may_mention_all(conversation: Conversation, members: MemberSet, user_pk: int) -> bool:
+    return conversation.mention_all_policy == Conversation.MEMBERS or members.may_manage(user_pk)
+
+
+def can_see_message(conversation: Conversation, user_pk: int, seq: int) -> bool:
+    """A timeline row at `seq` inside one of the user's intervals."""
+    if seq > conversation.last_seq:
+        return False
+    intervals = intervals_of(conversation.pk, user_pk)
+    if not any(interval.covers(seq) for interval in intervals):
+        return False
+    return MessageRecord.objects.filter(conversation=conversation, conversation_seq=seq, timeline_visible=True).exists()
 
 
 def _ack(record: MessageRecord) -> SendAck:

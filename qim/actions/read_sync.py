@@ -31,8 +31,8 @@ from qim.models import (
     UserMailboxEntry,
 )
 from qim.notify import UserPush, push_on_commit
-from qim.queries.control import total_unread
-from qim.queries.conversations import access_member_intervals, unread_count, visible_head
+from qim.queries.conversations import access_member_intervals, visible_head
+from qim.queries.unread import push_badge, unread_count
 from qim.render import mailbox_event
 
 FLUSH_BATCH = 500
@@ -80,8 +80,8 @@ def do_mark_read(
         cursor.read_conversation_seq = position
         cursor.save(update_fields=["read_conversation_seq"])
         due = _merge_pending(user, device_id, conversation, position, now_ms)
-        _store_badge(user.pk, now_ms)
-    unread = unread_count(conversation, user.pk)
+        store_badge(user.pk, now_ms)
+    unread = unread_count(conversation.pk, user.pk)
     return MarkedRead(cursor.read_conversation_seq, unread, due)
 
 
@@ -101,12 +101,13 @@ def _merge_pending(user: User, device_id: str, conversation: Conversation, posit
     return due
 
 
-def _store_badge(user_pk: int, now_ms: int) -> None:
-    """Reading lowers the badge: recompute it from definitional unread. The badge row is
-    locked first, so a message committing meanwhile (bump_badges) adds on top, never under."""
+def store_badge(user_pk: int, now_ms: int) -> None:
+    """Reading (or a tier switch) changes the badge pushes carry: recompute it from
+    definitional unread (qim.queries.unread.push_badge). The badge row is locked first, so a
+    message committing meanwhile (bump_badges) adds on top, never under."""
     UserBadgeState.objects.get_or_create(user_id=user_pk)
     badge = UserBadgeState.objects.select_for_update().get(user_id=user_pk)
-    badge.badge, badge.updated_at_ms = total_unread(user_pk), now_ms
+    badge.badge, badge.updated_at_ms = push_badge(user_pk), now_ms
     badge.save(update_fields=["badge", "updated_at_ms"])
 
 

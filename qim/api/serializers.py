@@ -51,6 +51,62 @@ class ConversationSeqSerializer(serializers.Serializer):
     conversation_seq = serializers.IntegerField()
 
 
+class UpdateMemberSerializer(serializers.Serializer):
+    """PATCH of one membership: `role` (the owner decides) and/or `tier` (the member)."""
+
+    role = serializers.ChoiceField(choices=["owner", "admin", "member"], required=False)
+    tier = serializers.ChoiceField(choices=["full", "mention_only"], required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError("name a role or a tier")
+        return attrs
+
+
+class MemberChangeSerializer(serializers.Serializer):
+    user_id = serializers.CharField()
+    role = serializers.CharField(required=False)
+    tier = serializers.CharField(required=False)
+    conversation_seq = serializers.IntegerField(allow_null=True, required=False)
+
+
+class UpdateConversationSerializer(serializers.Serializer):
+    """PATCH of a group: its title and policies (owner and admins)."""
+
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    mention_all_policy = serializers.ChoiceField(choices=["admins", "members"], required=False)
+    add_members_policy = serializers.ChoiceField(choices=["admins", "members"], required=False)
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError("name a title or a policy")
+        return attrs
+
+
+class ConversationSettingsSerializer(serializers.Serializer):
+    conversation_id = serializers.CharField()
+    kind = serializers.CharField()
+    title = serializers.CharField()
+    mention_all_policy = serializers.CharField()
+    add_members_policy = serializers.CharField()
+    member_count = serializers.IntegerField()
+    role = serializers.CharField(required=False)
+    tier = serializers.CharField(required=False)
+    member = serializers.BooleanField(required=False)
+    conversation_seq = serializers.IntegerField(allow_null=True, required=False)
+
+
+class MemberItemSerializer(serializers.Serializer):
+    user_id = serializers.CharField()
+    display_name = serializers.CharField()
+    role = serializers.CharField()
+
+
+class MemberPageSerializer(serializers.Serializer):
+    members = MemberItemSerializer(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
 class WebPushKeysSerializer(serializers.Serializer):
     p256dh = serializers.CharField(max_length=128)
     auth = serializers.CharField(max_length=64)

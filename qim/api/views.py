@@ -3,7 +3,7 @@ actions (qim.errors.Refused) become `{code, message}` in qim.api.errors."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from qim.actions.accounts import do_clear_push_credentials, do_create_user, do_login, do_set_push_credentials
 from qim.actions.conversations import do_add_members, do_create_conversation, do_remove_member
+from qim.actions.groups import do_set_role, do_set_tier, do_update_group
 from qim.actions.credentials import check_deactivate_user, do_revoke_token
 from qim.clock import now_ms
 from qim.node.connection_node import get_node
@@ -19,12 +20,19 @@ from qim.api.login_throttle import check_login_rate
 from qim.moderation import ModerationService, Moderator
 from qim.api.permissions import IsTenantAdmin
 from qim.push.web_subscription import canonical_subscription
+from qim.errors import Refused
 from qim.queries.conversations import access_conversation
+from qim.queries.groups import conversation_settings, member_page
 from qim.queries.identity import token_expires_at_ms
 from qim.api.serializers import (
     AddMembersSerializer,
     ConversationIdSerializer,
     ConversationSeqSerializer,
+    ConversationSettingsSerializer,
+    MemberChangeSerializer,
+    MemberPageSerializer,
+    UpdateConversationSerializer,
+    UpdateMemberSerializer,
     CreateConversationSerializer,
     CreateUserSerializer,
     EventSeqSerializer,
@@ -129,13 +137,65 @@ class MembersView(APIView):
 
 
 class MemberView(APIView):
-    """Leave (yourself) or remove (a tenant admin); answers the event's seq."""
+    """Leave (yourself) or remove (the group's owner or admins, a tenant admin); answers the
+    event's seq. PATCH: a member's `role` (the owner) or your own `tier`."""
 
     @extend_schema(responses={200: ConversationSeqSerializer})
     def delete(self, request: Request, conversation_id: str, user_id: str) -> Response:
         access_conversation(request.user.tenant_id, conversation_id)
         seq = do_remove_member(conversation_id, request.user, device_of(request), user_id)
         return Response({"conversation_seq": seq})
+
+    @extend_schema(request=UpdateMemberSerializer, responses={200: MemberChangeSerializer})
+    def patch(self, request: Request, conversation_id: str, user_id: str) -> Response:
+        data = valid(UpdateMemberSerializer, request)
+        access_conversation(request.user.tenant_id, conversation_id)
+        answer: dict = {"user_id": user_id}
+        if "role" in data:
+            answer.update(do_set_role(conversation_id, request.user, device_of(request), user_id, data["role"]))
+        if "tier" in data:
+            answer.update(do_set_tier(conversation_id, request.user, user_id, data["tier"]))
+        return Response(answer)
+
+
+class ConversationView(APIView):
+    """GET: a conversation's settings and your role and tier in it; PATCH: rename a group or
+    set its policies (owner and admins), answering the settings and the event's seq."""
+
+    @extend_schema(responses={200: ConversationSettingsSerializer})
+    def get(self, request: Request, conversation_id: str) -> Response:
+        conversation = access_conversation(request.user.tenant_id, conversation_id)
+        return Response(conversation_settings(conversation, request.user.pk))
+
+    @extend_schema(request=UpdateConversationSerializer, responses={200: ConversationSettingsSerializer})
+    def patch(self, request: Request, conversation_id: str) -> Response:
+        data = valid(UpdateConversationSerializer, request)
+        access_conversation(request.user.tenant_id, conversation_id)
+        return Response(do_update_group(conversation_id, request.user, device_of(request), data))
+
+
+class MemberListView(MembersView):
+    """GET: the current members, by user id, a page at a time (`after`, `limit` up to 1 000)."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", str), OpenApiParameter("limit", int)],
+        responses={200: MemberPageSerializer},
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        conversation = access_conversation(request.user.tenant_id, conversation_id)
+        limit = _int_param(request, "limit", default=100, lowest=1, highest=1000)
+        return Response(member_page(conversation, request.user.pk, after=request.query_params.get("after"), limit=limit))
+
+
+def _int_param(request: Request, name: str, *, default: int, lowest: int, highest: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Refused("bad_request", f"{name} is a whole number") from None
+    return max(lowest, min(highest, value))
 
 
 class DevicePushView(APIView):

@@ -51,6 +51,11 @@ class Send(msgspec.Struct):
     payload: Any
     # Required by (and only by) persistent types whose anchor_mode is anchor_target.
     target_conversation_seq: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    # Issue #34: user ids mentioned (current members), @all (the group's policy decides), and
+    # the conversation_seq this message replies to.
+    mentions: list[Id] | None = None
+    mention_all: bool = False
+    reply_to: Annotated[int, msgspec.Meta(ge=1)] | None = None
     req_id: str | None = None
     type: str = "SEND"
 
@@ -119,12 +124,24 @@ async def handle_send(conn: Connection, frame: Send) -> dict:
         return await relay_ephemeral(conn, frame, payload_json)
     # One DB-thread call checks and writes (qim/actions/messages.py): a retry gets its first
     # ACK and a non-member `forbidden` even past the rate; both count against it.
+    mentions = checked_mentions(frame.mentions)
     request = SendRequest(
         conn.user, conn.device_id, frame.client_msg_id, policy, payload_json, frame.target_conversation_seq,
         rate_refusal=await take_rate("per_user_msg_rate", limit("per_user_msg_rate"), str(conn.tenant_id), conn.user_id),
+        mentions=mentions, mention_all=frame.mention_all, reply_to=frame.reply_to,
     )
     ack = await send_batcher.submit(frame.conversation_id, request)
     return ack.frame()
+
+
+def checked_mentions(mentions: list[str] | None) -> tuple[str, ...]:
+    """The mentioned user ids once each, in the order sent; `bad_request` past
+    max_mentions_per_message. Membership is checked under the conversation's lock."""
+    unique = tuple(dict.fromkeys(mentions or ()))
+    most = int(limit("max_mentions_per_message"))
+    if len(unique) > most:
+        raise Refused("bad_request", f"at most {most} mentions per message; this one names {len(unique)}")
+    return unique
 
 
 # SENDs to one conversation queue on its row lock; the ones that arrive while a write runs

@@ -7,6 +7,7 @@ from qim.models.control import ModerationAudit, PendingReadSync
 from qim.models.conversations import (
     Conversation,
     MembershipInterval,
+    MessageMention,
     MessageRecord,
     ReadCursor,
     new_ulid,
@@ -19,6 +20,7 @@ __all__ = [
     "Device",
     "DeviceToken",
     "MembershipInterval",
+    "MessageMention",
     "MessageRecord",
     "ModerationAudit",
     "PendingReadSync",

@@ -32,6 +32,22 @@ class Conversation(models.Model):
     # move it, design §2).
     last_activity_seq = models.PositiveBigIntegerField(default=0)
     last_activity_ms = models.BigIntegerField(default=0)
+    # The log's running count of counts_unread rows, as of the head (MessageRecord.counted_total
+    # of the last row): unread is a difference of two such counts, never a count of rows.
+    counted_total = models.PositiveBigIntegerField(default=0)
+    # Current members: the size that decides a group's default tier (QIM_LARGE_GROUP_MEMBERS).
+    member_count = models.PositiveIntegerField(default=0)
+    # Who may @all and who may add members (owner and admins always may).
+    ADMINS, MEMBERS = "admins", "members"
+    POLICIES = [(ADMINS, "owner and admins"), (MEMBERS, "every member")]
+    mention_all_policy = models.CharField(max_length=8, choices=POLICIES, default=ADMINS)
+    add_members_policy = models.CharField(max_length=8, choices=POLICIES, default=MEMBERS)
+    # The tier of members who chose none: blank = by size (mention_only above
+    # QIM_LARGE_GROUP_MEMBERS members, full below); the operator may fix it in the admin.
+    default_tier = models.CharField(
+        max_length=12, blank=True, default="",
+        choices=[("", "by size"), ("full", "full"), ("mention_only", "mention_only")],
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -53,10 +69,19 @@ class MembershipInterval(models.Model):
     remove at J closes left_at = J. A rejoin opens a new row. left_at null means still a member.
     """
 
+    OWNER, ADMIN, MEMBER = "owner", "admin", "member"
+    ROLES = [(OWNER, "owner"), (ADMIN, "admin"), (MEMBER, "member")]
+    FULL, MENTION_ONLY = "full", "mention_only"
+    TIERS = [(FULL, "full"), (MENTION_ONLY, "mention_only")]
+
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="intervals")
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="intervals")
     joined_at = models.PositiveBigIntegerField()
     left_at = models.PositiveBigIntegerField(null=True, blank=True)
+    # The member's role while this interval lasts (a rejoin starts as a member again).
+    role = models.CharField(max_length=8, choices=ROLES, default=MEMBER)
+    # The member's own choice of mailbox tier (design §4.3); blank follows the group's default.
+    tier = models.CharField(max_length=12, choices=TIERS, blank=True, default="")
 
     class Meta:
         indexes = [
@@ -110,6 +135,17 @@ class MessageRecord(models.Model):
     counts_unread = models.BooleanField(default=True)
     affects_session_order = models.BooleanField(default=True)
     timeline_visible = models.BooleanField(default=True)
+    # Running counts for definitional unread without counting rows (issue #34): counts_unread
+    # rows of the conversation with seq <= this one, and of those the ones this row's sender
+    # wrote. Unread in (s, e] is a difference of each, less the recalled rows in between.
+    counted_total = models.PositiveBigIntegerField(default=0)
+    sender_counted_total = models.PositiveBigIntegerField(default=0)
+    # Mentions as sent: user ids (JSON list, compact) and @all; the per-user rows that count
+    # them are MessageMention's.
+    mentions = models.TextField(null=True, blank=True)
+    mention_all = models.BooleanField(default=False)
+    # The conversation_seq this message replies to.
+    reply_to_seq = models.PositiveBigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -131,6 +167,17 @@ class MessageRecord(models.Model):
                 fields=["sent_at_ms"], name="anchor_events_by_time",
                 condition=models.Q(target_conversation_seq__isnull=False),
             ),
+            # A sender's rows in seq order: their running count at any position (unread).
+            models.Index(fields=["conversation", "sender", "conversation_seq"], name="sender_rows"),
+            # The few rows unread must subtract (recalled, tombstoned) and @all rows.
+            models.Index(
+                fields=["conversation", "conversation_seq"], name="uncounted_rows",
+                condition=models.Q(state__in=["recalled", "deleted"]),
+            ),
+            models.Index(
+                fields=["conversation", "conversation_seq"], name="mention_all_rows",
+                condition=models.Q(mention_all=True),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -148,3 +195,18 @@ class ReadCursor(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["user", "conversation"], name="one_cursor_per_user_conversation")
         ]
+
+
+class MessageMention(models.Model):
+    """One user mentioned by one message: what mention_count counts (an EDIT rewrites them)."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    message = models.ForeignKey(MessageRecord, on_delete=models.CASCADE, related_name="mention_rows")
+    conversation_seq = models.PositiveBigIntegerField()
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["message", "user"], name="one_mention_per_message_user")
+        ]
+        indexes = [models.Index(fields=["user", "conversation", "conversation_seq"], name="mentions_of_user")]

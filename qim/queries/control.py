@@ -1,4 +1,4 @@
-"""Reads behind control events: anchor targets, who sees them, total unread."""
+"""Reads behind control events: anchor targets and who sees them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from django.db.models import Q, QuerySet
 from qim.content_types import EDIT, RECALL
 from qim.errors import Refused
 from qim.models import Conversation, MembershipInterval, MessageRecord
-from qim.queries.conversations import unread_in
 
 
 def access_timeline_message(conversation: Conversation, conversation_seq: int) -> MessageRecord:
@@ -58,9 +57,3 @@ def recall_event_of(conversation_id: str, target_seq: int) -> MessageRecord | No
 def latest_edit_event_of(conversation_id: str, target_seq: int) -> MessageRecord | None:
     """The newest logged qim.edit.v1 event of a target."""
     return _control_events_of(conversation_id, target_seq, EDIT).order_by("-conversation_seq").first()
-
-
-def total_unread(user_pk: int) -> int:
-    """The user's badge by definition: unread summed over every conversation they are or were
-    in, in one query (a correlated count per membership interval, as CONVERSATIONS counts)."""
-    return unread_in(MembershipInterval.objects.filter(user_id=user_pk), user_pk)

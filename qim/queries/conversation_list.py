@@ -15,7 +15,8 @@ from django.db.models import OuterRef, Q, Subquery
 from qim.errors import Refused
 from qim.node.fit import fit_chunks
 from qim.models import Conversation, MembershipInterval, MessageRecord, User
-from qim.queries.conversations import open_end, visible_head, with_unread
+from qim.queries.conversations import open_end, visible_head
+from qim.queries.unread import tier_of, with_unread
 from qim.render import message_object
 
 # Items built at a time (one query for their previews): a page is built chunk by chunk until the
@@ -36,6 +37,10 @@ class ListItem:
     preview: str
     unread: int
     member: bool
+    # The reader's role and tier in it (their last interval's), and their unread mentions.
+    role: str
+    tier: str
+    mention_count: int
 
     def frame(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -76,6 +81,7 @@ class _Entry:
     conversation: Conversation
     intervals: list[MembershipInterval] = field(default_factory=list)
     unread: int = 0
+    mention_count: int = 0
     # The newest affects_session_order row the reader can see; 0 and 0 when there is none.
     activity_seq: int = 0
     activity_ms: int = 0
@@ -123,14 +129,14 @@ def _entries(user: User) -> dict[str, _Entry]:
     rows = with_unread(
         MembershipInterval.objects.filter(user=user, conversation__tenant_id=user.tenant_id)
         .select_related("conversation")
-        .order_by("joined_at"),
-        user.pk,
+        .order_by("joined_at")
     )
     for interval in rows:
         entry = entries.setdefault(interval.conversation_id, _Entry(interval.conversation))
         entry.intervals.append(interval)
         # Intervals of one user never overlap (a join needs a non-member), so counts add up.
         entry.unread += interval.unread
+        entry.mention_count += interval.mention_count
     clipped = []
     for entry in entries.values():
         newest = entry.conversation.last_activity_seq
@@ -202,6 +208,9 @@ def _item(entry: _Entry, latest: MessageRecord | None) -> ListItem:
         preview=message_object(latest, conversation)["preview"] if latest else "",
         unread=entry.unread,
         member=entry.intervals[-1].left_at is None,
+        role=entry.intervals[-1].role,
+        tier=tier_of(entry.intervals[-1]),
+        mention_count=entry.mention_count,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,7 @@ import msgspec
 from django.db.models import BigIntegerField, Count, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 
+from qim.conf import limit
 from qim.errors import Refused
 from qim.node.fit import fit_list
 from qim.hooks import history_rendered
@@ -47,6 +49,46 @@ def require_current_member(conversation: Conversation, user_pk: int) -> None:
         conversation_id=conversation.pk, user_id=user_pk, left_at__isnull=True
     ).exists():
         raise Refused("forbidden", "you are not a member of this conversation")
+
+
+@dataclass(frozen=True)
+class MemberSet:
+    """The current members of a conversation as a write under its lock needs them."""
+
+    ids: dict[int, str]  # user pk -> user id
+    roles: dict[int, str]
+    # The members whose tier is mention_only (their choice, else the group's default).
+    quiet: frozenset[int]
+
+    @classmethod
+    def of(cls, conversation: Conversation, rows: Iterable[tuple[int, str, str, str]]) -> MemberSet:
+        """From (user pk, user id, role, chosen tier) rows."""
+        ids, roles, quiet = {}, {}, set()
+        default = group_default_tier(conversation)
+        for pk, user_id, role, tier in rows:
+            ids[pk], roles[pk] = user_id, role
+            if (tier or default) == MembershipInterval.MENTION_ONLY:
+                quiet.add(pk)
+        return cls(ids, roles, frozenset(quiet))
+
+    def may_manage(self, user_pk: int) -> bool:
+        return self.roles.get(user_pk) in (MembershipInterval.OWNER, MembershipInterval.ADMIN)
+
+
+def group_default_tier(conversation: Conversation) -> str:
+    """The tier of members who chose none: the operator's setting, else by size."""
+    if conversation.default_tier:
+        return conversation.default_tier
+    if conversation.member_count > int(limit("large_group_members")):
+        return MembershipInterval.MENTION_ONLY
+    return MembershipInterval.FULL
+
+
+def current_member_set(conversation: Conversation) -> MemberSet:
+    rows = MembershipInterval.objects.filter(conversation_id=conversation.pk, left_at__isnull=True).values_list(
+        "user_id", "user__username", "role", "tier"
+    )
+    return MemberSet.of(conversation, rows)
 
 
 def current_members(conversation_id: str) -> dict[int, str]:
@@ -137,16 +179,6 @@ def open_end() -> Coalesce:
     return Coalesce("left_at", Value(OPEN_END), output_field=BigIntegerField())
 
 
-def with_unread(intervals: QuerySet[MembershipInterval], user_pk: int) -> QuerySet[MembershipInterval]:
-    """Each MembershipInterval row with `unread`: definitional unread inside it (as
-    the design's Substrate defines it: counted types after the read cursor, not the reader's
-    own, not recalled or deleted), a correlated count over the (conversation, seq) index from
-    max(joined_at, read cursor) to the interval's end. Intervals of one user never overlap (a
-    join needs a non-member), so the counts of a user's intervals add up."""
-    cursor = ReadCursor.objects.filter(user_id=user_pk, conversation_id=OuterRef("conversation_id"))
-    return _annotate_unread(intervals, cursor, _counted(OuterRef("conversation_id"), user_pk))
-
-
 def _annotate_unread(intervals: QuerySet[MembershipInterval], cursor: QuerySet[ReadCursor],
                      counted: QuerySet[MessageRecord]) -> QuerySet[MembershipInterval]:
     """`start` (after the join and the cursor), `end`, and `unread`: `counted` between them."""
@@ -176,21 +208,10 @@ def _counted(conversation_id: Any, reader: Any, **narrower: Any) -> QuerySet[Mes
     )
 
 
-def unread_in(intervals: QuerySet[MembershipInterval], user_pk: int) -> int:
-    """Definitional unread summed over some of one reader's intervals, in one query."""
-    return sum(with_unread(intervals.order_by(), user_pk).values_list("unread", flat=True))
-
-
-def unread_count(conversation: Conversation, user_pk: int) -> int:
-    """Definitional unread of one conversation for one reader: `with_unread` over their
-    intervals in it, so the ACK of a mark and the list's `unread` are one definition."""
-    return unread_in(MembershipInterval.objects.filter(user_id=user_pk, conversation=conversation), user_pk)
-
-
 def unread_per_reader(conversation_id: str, first_seq: int, last_seq: int,
                       sender_pk: int | None = None) -> dict[int, int]:
     """user pk -> how many rows with first_seq <= seq <= last_seq (sent by `sender_pk` only,
-    when given) count in that user's definitional unread (`with_unread`'s rule, for every
+    when given) count in that user's definitional unread (qim.queries.unread's rule, for every
     reader at once): one query, a correlated count per membership interval that reaches into
     the range. Users it would answer 0 for are left out."""
     cursor = ReadCursor.objects.filter(user_id=OuterRef("user_id"), conversation_id=conversation_id)

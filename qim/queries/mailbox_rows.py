@@ -25,14 +25,15 @@ class RecordRow:
 
     __slots__ = ("tenant_id", "conversation_id", "conversation_seq", "message_id", "kind", "sender_id", "username",
                  "sender_device_id", "content_type", "payload", "sent_at_ms", "state", "edited_at_ms",
-                 "target_conversation_seq", "timeline_visible")
+                 "target_conversation_seq", "timeline_visible", "mentions", "mention_all", "reply_to_seq")
 
     def __init__(self, conversation_id: str, values: tuple[Any, ...]) -> None:
         (self.tenant_id, self.conversation_seq, self.message_id, self.kind, self.sender_id, self.username,
          self.sender_device_id, self.content_type, self.payload, self.sent_at_ms, self.state, self.edited_at_ms,
-         self.target_conversation_seq, timeline_visible) = values
+         self.target_conversation_seq, timeline_visible, self.mentions, mention_all, self.reply_to_seq) = values
         self.conversation_id = conversation_id
         self.timeline_visible = bool(timeline_visible)
+        self.mention_all = bool(mention_all)
 
     @property
     def sender(self) -> "RecordRow":
@@ -79,7 +80,7 @@ def _select() -> str:
     record += ["u." + _column(sender, "username")]
     record += [f"m.{_column(MessageRecord, name)}" for name in
                ("sender_device_id", "content_type", "payload", "sent_at_ms", "state", "edited_at_ms",
-                "target_conversation_seq", "timeline_visible")]
+                "target_conversation_seq", "timeline_visible", "mentions", "mention_all", "reply_to_seq")]
     sender = MessageRecord._meta.get_field("sender").related_model
     user_col, seq_col, message_col, conversation_col = entry[0], entry[1], entry[6], entry[3]
     return (

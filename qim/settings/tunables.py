@@ -49,6 +49,10 @@ TUNABLE_DEFAULTS: dict[str, float] = {
     "inbound_frame_burst": 1000,
     "inbound_flood_max_refused": 200,
     "inbound_flood_window_s": 10,
+    # Ours (issue #34): a group with more current members than this puts members who chose no
+    # tier in `mention_only` (design §4.3); and how many users one SEND or EDIT may mention.
+    "large_group_members": 1000,
+    "max_mentions_per_message": 50,
 }
 
 

@@ -17,7 +17,10 @@ from tests.harness.personas import Persona, TenantHandle
 CAP = 8 * 1024  # about a dozen of these items a frame: GROUPS of them need five pages
 GROUPS = 60
 LONG_REQ_ID = "r" * 1500  # echoed in the reply: the page still fits
-ITEM_KEYS = {"conversation_id", "kind", "title", "last_seq", "last_activity_ms", "preview", "unread", "member"}
+ITEM_KEYS = {
+    "conversation_id", "kind", "title", "last_seq", "last_activity_ms", "preview", "unread", "member",
+    "role", "tier", "mention_count",
+}
 
 
 async def busy_bob(capped_acme: TenantHandle) -> tuple[Persona, list[str]]:

@@ -65,6 +65,7 @@ def oracle_list(user: User) -> tuple[list[dict[str, Any]], int]:
             "preview": message_object(latest, conversation)["preview"] if latest else "",
             "unread": oracle_unread(conversation, user.pk, intervals),
             "member": intervals[-1].left_at is None,
+            "role": intervals[-1].role, "tier": "full", "mention_count": 0,
         })
     items.sort(key=lambda item: (item["last_activity_ms"], item["conversation_id"]), reverse=True)
     return items, sum(item["unread"] for item in items)

@@ -30,7 +30,7 @@ async def connect(deployment: QimDeployment, token: str) -> QimClient:
 def populate_group(deployment: QimDeployment, tenant: TenantHandle, out: Path) -> tuple[list[str], str]:
     last_json_line(deployment.manage(
         "qim_populate", "--tenant", tenant.name, "--users", str(MEMBERS), "--group", "big",
-        "--group-members", str(MEMBERS), "--tokens-out", str(out), "--device-id", "populated",
+        "--group-members", str(MEMBERS), "--group-tier", "full", "--tokens-out", str(out), "--device-id", "populated",
     ))
     data = json.loads(out.read_text())
     return list(data["users"].values()), data["group"]

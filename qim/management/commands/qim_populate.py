@@ -21,6 +21,10 @@ class Command(BaseCommand):
         parser.add_argument("--device-id", default="populated")
         parser.add_argument("--group", help="title of a group conversation to create")
         parser.add_argument("--group-members", type=int, help="the first N users join it")
+        parser.add_argument(
+            "--group-tier", choices=["full", "mention_only"],
+            help="the group's default mailbox tier (default: by size, QIM_LARGE_GROUP_MEMBERS)",
+        )
         parser.add_argument("--tokens-out", required=True)
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
@@ -45,4 +49,4 @@ class Command(BaseCommand):
 
         members = options.get("group_members") or len(tokens)
         usernames = list(tokens)[:members]
-        return do_populate_group(tenant, options["group"], usernames)
+        return do_populate_group(tenant, options["group"], usernames, default_tier=options.get("group_tier") or "")
