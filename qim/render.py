@@ -127,6 +127,9 @@ def control_object(record: MessageRecord) -> dict[str, Any]:
     }
     if record.target_conversation_seq is not None:
         control["target_conversation_seq"] = record.target_conversation_seq
+    if record.mentions is not None:  # an edit that changed the target's mentions (issue #34)
+        control["mentions"] = loads(record.mentions)
+        control["mention_all"] = record.mention_all
     return control
 
 

@@ -3,6 +3,7 @@ payload) is committed first, then the target row takes it (design §2, the recal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -10,6 +11,7 @@ from django.db.models import Q
 
 from qim.actions.anchors import do_log_anchored_event, stored_event_push
 from qim.actions.log import lock_conversation
+from qim.actions.mentions import apply_mentions, readdress, same_addresses
 from qim.clock import now_ms
 from qim.conf import limit
 from qim.content_types import EDIT, TEXT, rendering_policy
@@ -20,6 +22,7 @@ from qim.models import MessageRecord, User
 from qim.notify import UserPush, push_on_commit
 from qim.queries.control import access_timeline_message, latest_edit_event_of, recall_event_of
 from qim.queries.conversations import access_member_intervals
+from qim.queries.online import NOT_ASKED, OnlineDevices, online_devices_of
 from qim.windows import edit_deadline_ms
 
 
@@ -41,7 +44,8 @@ def check_edit_payload(tenant_id: int, content_type: str, payload: Any) -> str:
 
 
 def check_edit_message(
-    user: User, device_id: str, conversation_id: str, conversation_seq: int, payload: Any
+    user: User, device_id: str, conversation_id: str, conversation_seq: int, payload: Any,
+    *, mentions: Sequence[str] | None = None, mention_all: bool | None = None,
 ) -> int:
     """The sender replaces their message's payload; answers the seq of its qim.edit.v1 event.
 
@@ -51,7 +55,12 @@ def check_edit_message(
     payload), `window_expired`, writing nothing. An EDIT whose payload is the newest logged
     edit's (a retry whose ACK was lost: EDIT has no idempotency key) answers that edit's seq
     and writes no second event; it applies that edit if it is still pending.
+
+    `mentions` and `mention_all`, when given, replace the message's (issue #34): checked like
+    SEND's, carried by the edit event, applied with its payload; the newly mentioned get an
+    entry of the event and a mention push, and every mention_count follows the new set.
     """
+    online = online_devices_of(user.tenant_id, list(mentions or ())) if mentions else NOT_ASKED
     with transaction.atomic():
         conversation = lock_conversation(conversation_id)
         access_member_intervals(conversation, user.pk)
@@ -63,8 +72,9 @@ def check_edit_message(
         ):
             raise Refused("conflict", "a recalled message cannot be edited")
         payload_json = check_edit_payload(conversation.tenant_id, target.content_type, payload)
+        readdressed = readdress(conversation, target, user, mentions, mention_all)
         latest = latest_edit_event_of(conversation.pk, conversation_seq)
-        if latest is not None and latest.payload == payload_json:
+        if latest is not None and latest.payload == payload_json and same_addresses(latest, readdressed):
             retried = latest
         else:
             retried = None
@@ -73,8 +83,10 @@ def check_edit_message(
                 raise Refused("window_expired", "the edit window of this message has closed")
             appended = do_log_anchored_event(
                 conversation, target, content_type=EDIT, actor=user, device_id=device_id,
-                payload_json=payload_json, now_ms=now,
+                payload_json=payload_json, now_ms=now, also=readdressed.added if readdressed else None,
             )
+            if readdressed is not None:
+                readdressed.carry_on(appended.record)
     if retried is not None:
         with transaction.atomic():
             do_apply_edit(retried)  # a no-op unless the first EDIT died between its two commits
@@ -85,15 +97,19 @@ def check_edit_message(
     # leave the other members' devices never told of an edit they can see in history.
     fault_point("edit.after_log")
     with transaction.atomic():
-        do_apply_edit(appended.record, push=appended.push)
+        do_apply_edit(appended.record, push=appended.push, online=online)
+        if appended.live_push is not None:
+            push_on_commit(appended.live_push)
     return appended.record.conversation_seq
 
 
-def do_apply_edit(event: MessageRecord, *, push: UserPush | None = None) -> bool:
+def do_apply_edit(event: MessageRecord, *, push: UserPush | None = None, online: OnlineDevices | None = None) -> bool:
     """Give the target the event's payload, state edited, edited_at_ms; only while it is not
     recalled and holds an older edit (two edits racing: the later seq wins). Joins the
     caller's transaction. Sends `push` (a new event's) after commit, or else re-issues the
-    stored event's push when this call applied the edit (recovery)."""
+    stored event's push when this call applied the edit (recovery). An event that carries
+    mentions rewrites the target's (qim.actions.mentions; `online` lets it push the newly
+    mentioned)."""
     changed = (
         MessageRecord.objects.filter(
             conversation_id=event.conversation_id,
@@ -109,6 +125,8 @@ def do_apply_edit(event: MessageRecord, *, push: UserPush | None = None) -> bool
             edit_event_conversation_seq=event.conversation_seq,
         )
     )
+    if changed:
+        apply_mentions(event, online=online)
     if push is not None:
         push_on_commit(push)
     elif changed:

@@ -142,11 +142,12 @@ def append_rows_to_log(
     for row, record, seqs, tasks in zip(rows, records, seqs_per_row, pushed):
         exclude = (row.sender.username, row.origin_device_id) if row.origin_device_id else None
         push = event_push(conversation, record, row.entry_kind, recipients, seqs, exclude_device=exclude)
+        live_only = live_push(conversation, record, row.entry_kind, live) if live else None
         if not defer_push:
             push_on_commit(push)
-            if live:
-                push_on_commit(live_push(conversation, record, row.entry_kind, live))
-        appended.append(Appended(record=record, mailbox_seqs=seqs, push_tasks=tasks, push=push))
+            if live_only is not None:
+                push_on_commit(live_only)
+        appended.append(Appended(record=record, mailbox_seqs=seqs, push_tasks=tasks, push=push, live_push=live_only))
     return appended
 
 

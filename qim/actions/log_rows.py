@@ -17,6 +17,8 @@ class Appended:
     push_tasks: int
     # The EVENT push of this row; already queued on commit unless `defer_push`.
     push: UserPush | None = None
+    # The live EVENT to members without an entry (design §4.3), deferred with `push`.
+    live_push: UserPush | None = None
 
 
 @dataclass(frozen=True)

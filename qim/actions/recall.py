@@ -17,10 +17,11 @@ from qim.content_types import RECALL
 from qim.errors import Refused
 from qim.infra.faults import fault_point
 from qim.hooks import message_recalled
-from qim.models import Conversation, MembershipInterval, MessageRecord, ReadCursor, User, UserBadgeState
+from qim.models import Conversation, MembershipInterval, MessageMention, MessageRecord, ReadCursor, User, UserBadgeState
 from qim.notify import UserPush, push_on_commit
 from qim.queries.control import access_timeline_message, recall_event_of
 from qim.queries.conversations import access_member_intervals
+from qim.queries.unread import effective_tier
 from qim.windows import recall_deadline_ms
 
 
@@ -32,6 +33,8 @@ class LoggedRecall:
     event: MessageRecord
     push: UserPush | None
     created: bool
+    # The live EVENT to members without an entry (design §4.3), sent with `push`.
+    live_push: UserPush | None = None
 
 
 def recall_in_design_order(step_1: Callable[[], LoggedRecall]) -> LoggedRecall:
@@ -39,7 +42,7 @@ def recall_in_design_order(step_1: Callable[[], LoggedRecall]) -> LoggedRecall:
     do_log_recall_once) commits in its own transaction, then step 2 in another (design §2)."""
     with transaction.atomic():
         logged = step_1()
-    complete_recall(logged.event, logged.push)
+    complete_recall(logged.event, logged.push, logged.live_push)
     return logged
 
 
@@ -86,7 +89,7 @@ def do_log_recall_once(
     if deadline_ms is not None and now >= deadline_ms:
         raise Refused("window_expired", "the recall window of this message has closed")
     appended = do_log_recall(conversation, target, actor=actor, device_id=device_id, now=now, moderated=moderated)
-    return LoggedRecall(appended.record, appended.push, created=True)
+    return LoggedRecall(appended.record, appended.push, created=True, live_push=appended.live_push)
 
 
 def do_log_recall(
@@ -108,7 +111,7 @@ def do_log_recall(
     )
 
 
-def complete_recall(event: MessageRecord, push: UserPush | None) -> None:
+def complete_recall(event: MessageRecord, push: UserPush | None, live_push: UserPush | None = None) -> None:
     """Step 2, after step 1 committed, in a transaction of its own."""
     # Design §2, log first: the recall event is committed, so it is in every recipient's
     # mailbox, and the target's still empty recall_event_conversation_seq tells recovery to
@@ -117,6 +120,8 @@ def complete_recall(event: MessageRecord, push: UserPush | None) -> None:
     fault_point("recall.after_log")
     with transaction.atomic():
         do_apply_recall(event, push=push)
+        if live_push is not None:
+            push_on_commit(live_push)
 
 
 def do_apply_recall(event: MessageRecord, *, push: UserPush | None = None) -> bool:
@@ -153,15 +158,23 @@ def _lower_badges_of_readers(conversation_id: str, conversation_seq: int, now: i
     deadlock with it on PostgreSQL."""
     target = MessageRecord.objects.filter(
         conversation_id=conversation_id, conversation_seq=conversation_seq
-    ).values("sender_id", "counts_unread").get()
-    if not target["counts_unread"]:
-        return 0
+    ).values("pk", "sender_id", "counts_unread", "mention_all").get()
     read_past = ReadCursor.objects.filter(conversation_id=conversation_id, read_conversation_seq__gte=conversation_seq)
+    # The badge pushes carry counts a `full` member's unread and a `mention_only` member's
+    # unread mentions (qim.queries.unread.push_badge): lower it for those it counted in.
+    counted_in = Q(effective=MembershipInterval.FULL) if target["counts_unread"] else Q(pk__in=[])
+    if target["mention_all"]:
+        counted_in |= Q(effective=MembershipInterval.MENTION_ONLY)
+    else:
+        named = MessageMention.objects.filter(message_id=target["pk"]).values("user_id")
+        counted_in |= Q(effective=MembershipInterval.MENTION_ONLY, user_id__in=named)
     readers = (
         MembershipInterval.objects.filter(conversation_id=conversation_id, joined_at__lt=conversation_seq)
         .filter(Q(left_at__isnull=True) | Q(left_at__gt=conversation_seq))
         .exclude(user_id=target["sender_id"])
         .exclude(user_id__in=read_past.values("user_id"))
+        .annotate(effective=effective_tier())
+        .filter(counted_in)
         .values("user_id")
     )
     badges = UserBadgeState.objects.filter(user_id__in=readers, badge__gt=0)

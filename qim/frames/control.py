@@ -40,6 +40,9 @@ class Edit(msgspec.Struct):
     conversation_id: Id
     conversation_seq: TargetSeq
     payload: Any
+    # Issue #34: when given, the message's new mentions (replacing the old) and @all.
+    mentions: list[Id] | None = None
+    mention_all: bool | None = None
     req_id: str | None = None
     type: str = "EDIT"
 
@@ -70,6 +73,9 @@ async def handle_recall(conn: Connection, frame: Recall) -> dict:
 async def handle_edit(conn: Connection, frame: Edit) -> dict:
     def edit() -> int:
         access_conversation(conn.tenant_id, frame.conversation_id)
-        return check_edit_message(conn.user, conn.device_id, frame.conversation_id, frame.conversation_seq, frame.payload)
+        return check_edit_message(
+            conn.user, conn.device_id, frame.conversation_id, frame.conversation_seq, frame.payload,
+            mentions=frame.mentions, mention_all=frame.mention_all,
+        )
 
     return {"type": "ACK", "event_conversation_seq": await in_db_thread(edit)()}

@@ -98,7 +98,9 @@ def _mentions_in_window() -> Coalesce:
     ).exclude(message__state__in=_GONE).exclude(message__sender_id=OuterRef("user_id"))
     also_named = MessageMention.objects.filter(message_id=OuterRef("pk"), user_id=OuterRef(OuterRef("user_id")))
     everyone = (
-        MessageRecord.objects.filter(_in_window(mention_all=True), conversation_id=OuterRef("conversation_id"))
+        MessageRecord.objects.filter(
+            _in_window(mention_all=True, kind=MessageRecord.MESSAGE), conversation_id=OuterRef("conversation_id")
+        )
         .exclude(state__in=_GONE).exclude(sender_id=OuterRef("user_id")).exclude(Exists(also_named))
     )
     return Coalesce(
