@@ -20,6 +20,7 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from qim.node.connection_node import get_node
+from qim.node.conversation_push import ConversationPush
 from qim.node.user_push import UserPush
 
 logger = logging.getLogger(__name__)
@@ -28,8 +29,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-async def deliver(push: UserPush) -> None:
-    await get_node().send_to_users(push)
+async def deliver(push: UserPush | ConversationPush) -> None:
+    if isinstance(push, ConversationPush):
+        await get_node().send_to_conversation(push)
+    else:
+        await get_node().send_to_users(push)
 
 
 async def deliver_all(pushes: list[UserPush]) -> None:
@@ -45,7 +49,7 @@ async def deliver_all(pushes: list[UserPush]) -> None:
 _collected = threading.local()
 
 
-def push_on_commit(push: UserPush) -> None:
+def push_on_commit(push: UserPush | ConversationPush) -> None:
     """Send `push` once the current transaction commits (at once outside a transaction)."""
 
     def send() -> None:

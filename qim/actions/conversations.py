@@ -190,7 +190,8 @@ def do_add_members(conversation_id: str, actor: User, device_id: str, user_ids: 
 def _count_members(conversation: Conversation) -> None:
     """member_count after a join or leave (the lock is held): what decides the default tier."""
     conversation.member_count = MembershipInterval.objects.filter(conversation=conversation, left_at__isnull=True).count()
-    conversation.save(update_fields=["member_count"])
+    conversation.members_version += 1
+    conversation.save(update_fields=["member_count", "members_version"])
 
 
 def do_remove_member(conversation_id: str, actor: User, device_id: str, user_id: str) -> int:

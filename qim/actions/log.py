@@ -3,19 +3,20 @@ transaction. Messages and logged control events (membership, recall, edit) all c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from django.db import connection
 
 from qim.actions.log_postgresql import Bumped, write_in_one_trip
 from qim.actions.log_pushes import count_for_others, event_push, live_push
-from qim.actions.log_rows import Appended, LogRow
+from qim.actions.log_rows import AllMembersBut, Appended, LogRow
 from qim.actions.mailbox import EntrySpec, write_mailbox_entries
 from qim.content_types import TypePolicy
 from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, MessageMention, MessageRecord, User
 from qim.notify import push_on_commit
-from qim.queries.conversations import MemberSet, current_member_set
+from qim.conf import limit
+from qim.queries.conversations import MemberSet, current_member_set, group_default_tier
 from qim.queries.online import NOT_ASKED, OnlineDevices
 
 
@@ -24,21 +25,32 @@ def lock_conversation(conversation_id: str) -> Conversation:
     return Conversation.objects.select_for_update().get(pk=conversation_id)
 
 
-def lock_with_members(conversation_id: str) -> tuple[Conversation, MemberSet]:
-    """lock_conversation and current_member_set (who, in which role and tier); on PostgreSQL
-    in one round trip, the lock in a CTE and the members joined to it (issue #22).
+def lock_with_members(
+    conversation_id: str, *, senders: Collection[int] = (), mentioned: Collection[str] = (),
+) -> tuple[Conversation, MemberSet]:
+    """lock_conversation and current_member_set(partial=True): who, in which role and tier,
+    of the members a SEND needs (all of them, unless the group's default tier is mention_only:
+    then those who chose `full`, the `senders` and the `mentioned`); on PostgreSQL in one
+    round trip, the lock in a CTE and the members joined to it (issue #22).
 
     The join reads the statement's snapshot, taken before a lock wait: a membership change
     that committed while this waited would be missed. Every change of members appends to the
     log under this lock (qim/actions/conversations.py), so the conversation's last_seq in
     that snapshot (`seen_seq`) differs from the locked row's then, and the members are read
-    again after the lock. Role and tier changes take the lock too and move last_seq (their
-    events are logged). Raises Conversation.DoesNotExist."""
+    again after the lock. Role changes are logged too; a tier switch takes the lock without
+    moving last_seq, and a SEND that raced it writes by the tier it read (unread is counted
+    from the log, so nothing is lost either way). Raises Conversation.DoesNotExist."""
     if connection.vendor != "postgresql":
         conversation = lock_conversation(conversation_id)
-        return conversation, current_member_set(conversation)
+        return conversation, current_member_set(conversation, partial=True, also_pks=senders, also_ids=mentioned)
     table = Conversation._meta.db_table
     fields = [field.attname for field in Conversation._meta.concrete_fields]
+    # Every member, unless the group's default tier is mention_only (the operator's choice,
+    # else its size): then only the chosen `full`, the senders and the mentioned.
+    wanted = (
+        "(NOT (c.default_tier = 'mention_only' OR (c.default_tier = '' AND c.member_count > %s)) "
+        "OR i.tier = 'full' OR i.user_id = ANY(%s::bigint[]) OR u.username = ANY(%s::text[]))"
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH c AS (SELECT * FROM {table} WHERE id = %s FOR UPDATE) "
@@ -47,8 +59,8 @@ def lock_with_members(conversation_id: str) -> tuple[Conversation, MemberSet]:
             "LEFT JOIN LATERAL (SELECT array_agg(i.user_id) AS pks, array_agg(u.username) AS ids, "
             "array_agg(i.role) AS roles, array_agg(i.tier) AS tiers "
             f"FROM {MembershipInterval._meta.db_table} i JOIN {User._meta.db_table} u ON u.id = i.user_id "
-            "WHERE i.conversation_id = c.id AND i.left_at IS NULL) m ON true",
-            [conversation_id, conversation_id],
+            f"WHERE i.conversation_id = c.id AND i.left_at IS NULL AND {wanted}) m ON true",
+            [conversation_id, conversation_id, int(limit("large_group_members")), list(senders), list(mentioned)],
         )
         row = cursor.fetchone()
     if row is None:
@@ -56,8 +68,9 @@ def lock_with_members(conversation_id: str) -> tuple[Conversation, MemberSet]:
     *values, seen_seq, pks, ids, roles, tiers = row
     conversation = Conversation.from_db(connection.alias, fields, values)
     if seen_seq != conversation.last_seq:
-        return conversation, current_member_set(conversation)
-    return conversation, MemberSet.of(conversation, zip(pks or (), ids or (), roles or (), tiers or ()))
+        return conversation, current_member_set(conversation, partial=True, also_pks=senders, also_ids=mentioned)
+    partial = group_default_tier(conversation) == MembershipInterval.MENTION_ONLY
+    return conversation, MemberSet.of(conversation, zip(pks or (), ids or (), roles or (), tiers or ()), partial=partial)
 
 
 def append_to_log(
@@ -76,7 +89,7 @@ def append_to_log(
     defer_push: bool = False,
     online: OnlineDevices = NOT_ASKED,
     quiet: frozenset[int] = frozenset(),
-    live: dict[int, str] | None = None,
+    live: dict[int, str] | AllMembersBut | None = None,
 ) -> Appended:
     """Write the next row of the log and diffuse it to `recipients` (user pk -> user id).
 
@@ -110,7 +123,7 @@ def append_rows_to_log(
     defer_push: bool = False,
     online: OnlineDevices = NOT_ASKED,
     quiet: frozenset[int] = frozenset(),
-    live: dict[int, str] | None = None,
+    live: dict[int, str] | AllMembersBut | None = None,
 ) -> list[Appended]:
     """append_to_log for several rows at once, in order, all to the same recipients: the
     conversation row, each recipient's mailbox head and badge are written once for all of

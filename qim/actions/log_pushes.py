@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from qim.actions.log_postgresql import Bumped
-from qim.actions.log_rows import LogRow
+from qim.actions.log_rows import AllMembersBut, LogRow
 from qim.actions.mailbox import bump_badges_finding_devices, enqueue_offline_pushes, event_push_parts
 from qim.infra import codec
 from qim.models import Conversation, MessageRecord, PushTask, UserMailboxEntry
+from qim.node.conversation_push import ConversationPush
 from qim.notify import UserPush
 from qim.queries.online import OnlineDevices
 from qim.render import mailbox_event, message_object
@@ -80,17 +81,23 @@ def _push_payload(
     return payload
 
 
-def live_push(conversation: Conversation, record: MessageRecord, entry_kind: str, live: dict[int, str]) -> UserPush:
+def live_push(
+    conversation: Conversation, record: MessageRecord, entry_kind: str, live: dict[int, str] | AllMembersBut,
+) -> UserPush | ConversationPush:
     """The row as a live EVENT (no mailbox_seq: there is no entry to sync) to members who get
-    no mailbox entry for it, encoded once for all of them."""
+    no mailbox entry for it, encoded once for all of them: named (a UserPush), or in a large
+    group every member but those with an entry (a ConversationPush, resolved by each node)."""
     template = UserMailboxEntry(mailbox_seq=0, kind=entry_kind, conversation=conversation, message=record)
     event = mailbox_event(template, conversation)
     del event["mailbox_seq"]
     event["live"] = True
-    return UserPush(
-        tenant_id=conversation.tenant_id, user_ids=list(live.values()),
-        text=codec.encode({"type": "EVENT", "event": event}),
-    )
+    text = codec.encode({"type": "EVENT", "event": event})
+    if isinstance(live, AllMembersBut):
+        return ConversationPush(
+            tenant_id=conversation.tenant_id, conversation_id=conversation.pk,
+            members_version=conversation.members_version, text=text, exclude=sorted(live.exclude),
+        )
+    return UserPush(tenant_id=conversation.tenant_id, user_ids=list(live.values()), text=text)
 
 
 def event_push(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from qim.content_types import OWN_SEQ, TypePolicy
 from qim.models import MessageRecord, User, UserMailboxEntry
+from qim.node.conversation_push import ConversationPush
 from qim.notify import UserPush
 
 
@@ -18,7 +19,7 @@ class Appended:
     # The EVENT push of this row; already queued on commit unless `defer_push`.
     push: UserPush | None = None
     # The live EVENT to members without an entry (design §4.3), deferred with `push`.
-    live_push: UserPush | None = None
+    live_push: UserPush | ConversationPush | None = None
 
 
 @dataclass(frozen=True)
@@ -50,3 +51,12 @@ class LogRow:
     @property
     def entry_kind(self) -> str:
         return UserMailboxEntry.MESSAGE if self.kind == MessageRecord.MESSAGE else UserMailboxEntry.CONTROL
+
+
+@dataclass(frozen=True)
+class AllMembersBut:
+    """A row's live audience in a large group (design §4.3): every current member but these
+    user ids (who get a mailbox entry instead), resolved by each node
+    (qim/node/conversation_push.py), never listed here."""
+
+    exclude: frozenset[str]

@@ -13,12 +13,19 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
 from qim.actions.log import LogRow, append_rows_to_log, lock_with_members
+from qim.actions.log_rows import AllMembersBut
 from qim.clock import now_ms
 from qim.content_types import TypePolicy
 from qim.infra.db_statements import run_together
 from qim.errors import Refused
 from qim.models import Conversation, MessageRecord, User
-from qim.queries.conversations import MemberSet, access_conversation, intervals_of, require_current_member
+from qim.queries.conversations import (
+    MemberSet,
+    access_conversation,
+    current_member_set,
+    intervals_of,
+    require_current_member,
+)
 from qim.queries.online import NOT_ASKED, OnlineDevices, capable_members_statement, online_devices_of
 
 
@@ -205,9 +212,14 @@ def _write_sends(
 ) -> list[SendAck | Refused]:
     with transaction.atomic():
         try:
-            conversation, members = lock_with_members(conversation_id)
+            conversation, members = lock_with_members(
+                conversation_id, senders={request.sender.pk for request in requests},
+                mentioned={user_id for request in requests for user_id in request.mentions},
+            )
         except Conversation.DoesNotExist:
             return [Refused("not_found", "no such conversation") for _ in requests]
+        if members.partial and any(request.mention_all for request in requests):
+            members = current_member_set(conversation)  # an @all writes to everyone
         outcomes: list[SendAck | Refused | None] = []
         accepted: list[LogRow] = []
         by_id = {user_id: pk for pk, user_id in members.ids.items()}
@@ -245,10 +257,13 @@ def _runs(rows: list[LogRow]) -> Iterable[list[LogRow]]:
         yield run
 
 
-def audience(members: MemberSet, rows: Sequence[LogRow]) -> tuple[dict[int, str], frozenset[int], dict[int, str]]:
+def audience(
+    members: MemberSet, rows: Sequence[LogRow],
+) -> tuple[dict[int, str], frozenset[int], dict[int, str] | AllMembersBut]:
     """Who gets mailbox entries for `rows` (design §4.3): every `full` member, the senders
     (their own devices sync their messages), and whom the rows mention; and of those the
-    `mention_only` ones (`quiet`); the other members get the rows live only."""
+    `mention_only` ones (`quiet`); the other members get the rows live only: named, or when
+    only some members were read (a large group), every member but the recipients."""
     addressed = {row.sender.pk for row in rows}
     if any(row.mention_all for row in rows):
         addressed.update(members.ids)
@@ -262,6 +277,8 @@ def audience(members: MemberSet, rows: Sequence[LogRow]) -> tuple[dict[int, str]
             live[pk] = user_id
     for row in rows:  # a sender who is no member (an admin's event) still gets their entry
         recipients.setdefault(row.sender.pk, row.sender.username)
+    if members.partial:
+        return recipients, members.quiet & frozenset(recipients), AllMembersBut(frozenset(recipients.values()))
     return recipients, members.quiet & frozenset(recipients), live
 
 

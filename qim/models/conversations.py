@@ -37,6 +37,9 @@ class Conversation(models.Model):
     counted_total = models.PositiveBigIntegerField(default=0)
     # Current members: the size that decides a group's default tier (QIM_LARGE_GROUP_MEMBERS).
     member_count = models.PositiveIntegerField(default=0)
+    # Grows with every join and leave: nodes keep a large group's member ids for live pushes
+    # and read them again when a push names another version (qim/node/conversation_push.py).
+    members_version = models.PositiveBigIntegerField(default=0)
     # Who may @all and who may add members (owner and admins always may).
     ADMINS, MEMBERS = "admins", "members"
     POLICIES = [(ADMINS, "owner and admins"), (MEMBERS, "every member")]
@@ -87,6 +90,12 @@ class MembershipInterval(models.Model):
         indexes = [
             models.Index(fields=["conversation", "left_at"]),
             models.Index(fields=["user", "conversation"]),
+            # A SEND to a large group reads only its current members who chose a tier (the
+            # `full` ones get entries), not all of them (qim/actions/log.py).
+            models.Index(
+                fields=["conversation", "tier"], name="chosen_tiers",
+                condition=models.Q(left_at__isnull=True) & ~models.Q(tier=""),
+            ),
         ]
 
     def covers(self, seq: int) -> bool:

@@ -40,6 +40,7 @@ from qim.node.node_hooks import (
 from qim.node.node_path import NODE_CHANNEL_PREFIX, NodePath, node_channel
 from qim.node.presence import PresenceDirectory
 from qim.node.presence_watch import PresenceWatch
+from qim.node.conversation_push import ConversationFanOut, ConversationPush
 from qim.node.user_push import UserPush
 from qim.infra.log_context import unbound
 
@@ -72,6 +73,7 @@ class ConnectionNode:
         self.calls = NodeCalls(self.path)
         self.presence = PresenceWatch(self.path, directory, self.counters)
         self.fanout = FanOut(self.path, directory, self.counters, self.local_connections_of, self.presence.watchers_of)
+        self.conversation_fanout = ConversationFanOut(self)
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
 
@@ -128,6 +130,10 @@ class ConnectionNode:
     async def send_to_users(self, push: UserPush) -> int:
         """See FanOut.send_to_users."""
         return await self.fanout.send_to_users(push)
+
+    async def send_to_conversation(self, push: ConversationPush) -> int:
+        """See ConversationFanOut.send."""
+        return await self.conversation_fanout.send(push)
 
     async def watch_presence(self, conn: Connection, user_id: str) -> None:
         await self.presence.watch(conn, user_id)

@@ -59,9 +59,12 @@ class MemberSet:
     roles: dict[int, str]
     # The members whose tier is mention_only (their choice, else the group's default).
     quiet: frozenset[int]
+    # Only some members were read: those in the `full` tier and the ones asked for by name
+    # (a group whose default is mention_only; every other member is in mention_only).
+    partial: bool = False
 
     @classmethod
-    def of(cls, conversation: Conversation, rows: Iterable[tuple[int, str, str, str]]) -> MemberSet:
+    def of(cls, conversation: Conversation, rows: Iterable[tuple[int, str, str, str]], *, partial: bool = False) -> MemberSet:
         """From (user pk, user id, role, chosen tier) rows."""
         ids, roles, quiet = {}, {}, set()
         default = group_default_tier(conversation)
@@ -69,7 +72,7 @@ class MemberSet:
             ids[pk], roles[pk] = user_id, role
             if (tier or default) == MembershipInterval.MENTION_ONLY:
                 quiet.add(pk)
-        return cls(ids, roles, frozenset(quiet))
+        return cls(ids, roles, frozenset(quiet), partial)
 
     def may_manage(self, user_pk: int) -> bool:
         return self.roles.get(user_pk) in (MembershipInterval.OWNER, MembershipInterval.ADMIN)
@@ -84,11 +87,18 @@ def group_default_tier(conversation: Conversation) -> str:
     return MembershipInterval.FULL
 
 
-def current_member_set(conversation: Conversation) -> MemberSet:
-    rows = MembershipInterval.objects.filter(conversation_id=conversation.pk, left_at__isnull=True).values_list(
-        "user_id", "user__username", "role", "tier"
-    )
-    return MemberSet.of(conversation, rows)
+def current_member_set(
+    conversation: Conversation, *, partial: bool = False,
+    also_pks: Iterable[int] = (), also_ids: Iterable[str] = (),
+) -> MemberSet:
+    """The current members; with `partial`, in a group whose default tier is mention_only,
+    only those who chose `full` and the users named by `also_pks`/`also_ids` (a SEND's
+    senders and mentions): what a SEND to a 100 000-member group needs, not all of them."""
+    rows = MembershipInterval.objects.filter(conversation_id=conversation.pk, left_at__isnull=True)
+    partial = partial and group_default_tier(conversation) == MembershipInterval.MENTION_ONLY
+    if partial:
+        rows = rows.filter(Q(tier=MembershipInterval.FULL) | Q(user_id__in=list(also_pks)) | Q(user__username__in=list(also_ids)))
+    return MemberSet.of(conversation, rows.values_list("user_id", "user__username", "role", "tier"), partial=partial)
 
 
 def current_members(conversation_id: str) -> dict[int, str]:
