@@ -15,9 +15,8 @@ from qim.content_types import TypePolicy
 from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, MessageMention, MessageRecord, User
 from qim.notify import push_on_commit
-from qim.conf import limit
 from qim.queries.conversations import MemberSet, current_member_set, group_default_tier
-from qim.queries.online import NOT_ASKED, OnlineDevices
+from qim.queries.online import NOT_ASKED, OnlineDevices, wanted_members_params, wanted_members_sql
 
 
 def lock_conversation(conversation_id: str) -> Conversation:
@@ -45,22 +44,15 @@ def lock_with_members(
         return conversation, current_member_set(conversation, partial=True, also_pks=senders, also_ids=mentioned)
     table = Conversation._meta.db_table
     fields = [field.attname for field in Conversation._meta.concrete_fields]
-    # Every member, unless the group's default tier is mention_only (the operator's choice,
-    # else its size): then only the chosen `full`, the senders and the mentioned.
-    wanted = (
-        "(NOT (c.default_tier = 'mention_only' OR (c.default_tier = '' AND c.member_count > %s)) "
-        "OR i.tier = 'full' OR i.user_id = ANY(%s::bigint[]) OR u.username = ANY(%s::text[]))"
-    )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH c AS (SELECT * FROM {table} WHERE id = %s FOR UPDATE) "
+            f"WITH c AS (SELECT * FROM {table} WHERE id = %s FOR UPDATE), w AS ({wanted_members_sql()}) "
             f"SELECT {', '.join(f'c.{name}' for name in fields)}, "
             f"(SELECT last_seq FROM {table} WHERE id = %s), m.pks, m.ids, m.roles, m.tiers FROM c "
-            "LEFT JOIN LATERAL (SELECT array_agg(i.user_id) AS pks, array_agg(u.username) AS ids, "
-            "array_agg(i.role) AS roles, array_agg(i.tier) AS tiers "
-            f"FROM {MembershipInterval._meta.db_table} i JOIN {User._meta.db_table} u ON u.id = i.user_id "
-            f"WHERE i.conversation_id = c.id AND i.left_at IS NULL AND {wanted}) m ON true",
-            [conversation_id, conversation_id, int(limit("large_group_members")), list(senders), list(mentioned)],
+            "LEFT JOIN LATERAL (SELECT array_agg(w.user_id) AS pks, array_agg(u.username) AS ids, "
+            "array_agg(w.role) AS roles, array_agg(w.tier) AS tiers "
+            f"FROM w JOIN {User._meta.db_table} u ON u.id = w.user_id) m ON true",
+            [conversation_id, *wanted_members_params(conversation_id, senders, mentioned), conversation_id],
         )
         row = cursor.fetchone()
     if row is None:

@@ -118,7 +118,12 @@ def _read_before_lock(
     The members are read for every counted request, also those that turn out retries."""
     tenants = sorted({request.sender.tenant_id for request in requests if request.policy.counts_unread})
     statements = [_earlier_statement(requests)]
-    statements += [capable_members_statement(tenant_id, conversation_id) for tenant_id in tenants]
+    senders = {request.sender.pk for request in requests}
+    mentioned = {user_id for request in requests for user_id in request.mentions}
+    statements += [
+        capable_members_statement(tenant_id, conversation_id, senders=senders, mentioned=mentioned)
+        for tenant_id in tenants
+    ]
     earlier, *members = run_together(statements)
     return _earlier_from(conversation_id, earlier), {
         tenant_id: {user_id for (user_id,) in rows} for tenant_id, rows in zip(tenants, members)

@@ -15,8 +15,10 @@ import functools
 from collections.abc import Collection, Iterable, Mapping, Set
 
 from asgiref.sync import async_to_sync
+from django.db import connection
 from django.db.models import QuerySet
 
+from qim.conf import limit
 from qim.node.connection_node import get_node
 from qim.models import Conversation, Device, MembershipInterval, User
 
@@ -50,29 +52,76 @@ def capable_members(tenant_id: int, conversation_id: str) -> QuerySet:
     ).values_list("user__username", flat=True)
 
 
-def capable_members_statement(tenant_id: int, conversation_id: str) -> tuple[str, list]:
+def capable_members_statement(
+    tenant_id: int, conversation_id: str, *, senders: Collection[int] = (), mentioned: Collection[str] = (),
+) -> tuple[str, list]:
     """capable_members as SQL and params, the SQL written out once: compiling the QuerySet
     for every SEND batch was a sixth of the node's busy samples (docs/performance.md,
-    "Batched, set-based SEND on PostgreSQL"). The same rows, the same tenant wall (the
-    conversation's tenant)."""
-    return _capable_members_sql(), [tenant_id, conversation_id]
+    "Batched, set-based SEND on PostgreSQL"). The same tenant wall (the conversation's
+    tenant). In a group whose default tier is mention_only only the members a SEND writes
+    to are asked about (those who chose `full`, the senders, the mentioned: see
+    wanted_members_sql), never all 100 000. SQLite (embedded, one node) asks about every member."""
+    if connection.vendor != "postgresql":
+        return _all_capable_members_sql(), [tenant_id, conversation_id]
+    return _capable_members_sql(), [*wanted_members_params(conversation_id, senders, mentioned), tenant_id]
+
+
+@functools.cache
+def _all_capable_members_sql() -> str:
+    return (
+        f"SELECT u.username FROM {MembershipInterval._meta.db_table} i "
+        f"JOIN {Conversation._meta.db_table} c ON c.id = i.conversation_id JOIN {User._meta.db_table} u ON u.id = i.user_id "
+        "WHERE c.tenant_id = %s AND i.conversation_id = %s AND i.left_at IS NULL "
+        f"AND i.user_id IN (SELECT d.user_id FROM {Device._meta.db_table} d WHERE NOT (d.push_token = '' AND d.voip_token = ''))"
+    )
 
 
 @functools.cache
 def _capable_members_sql() -> str:
     """_CAPABLE_MEMBERS_SQL with the models' table names, formatted once per process."""
     return _CAPABLE_MEMBERS_SQL.format(
-        interval=MembershipInterval._meta.db_table, conversation=Conversation._meta.db_table,
-        user=User._meta.db_table, device=Device._meta.db_table,
+        conversation=Conversation._meta.db_table, user=User._meta.db_table, device=Device._meta.db_table,
+        wanted=wanted_members_sql(),
     )
 
 
 _CAPABLE_MEMBERS_SQL = (
-    "SELECT u.username FROM {interval} i JOIN {conversation} c ON c.id = i.conversation_id "
-    "JOIN {user} u ON u.id = i.user_id "
-    "WHERE c.tenant_id = %s AND i.conversation_id = %s AND i.left_at IS NULL "
-    "AND i.user_id IN (SELECT d.user_id FROM {device} d WHERE NOT (d.push_token = '' AND d.voip_token = ''))"
+    "SELECT u.username FROM ({wanted}) w JOIN {user} u ON u.id = w.user_id "
+    "WHERE u.tenant_id = %s AND EXISTS (SELECT 1 FROM {device} d WHERE d.user_id = w.user_id "
+    "AND NOT (d.push_token = '' AND d.voip_token = ''))"
 )
+
+
+def wanted_members_sql() -> str:
+    """PostgreSQL: (user_id, role, tier) of the current members a SEND needs: all of them,
+    unless the group's default tier is mention_only (the operator's choice, else more than
+    QIM_LARGE_GROUP_MEMBERS members); then only those who chose `full`, the senders and the
+    mentioned, each branch an index lookup. Whether the group is that large is a scalar
+    subquery of the one conversation row, so PostgreSQL decides it once and never runs the
+    branch not taken (a join to the row, with or without statistics, scanned all 100 000
+    intervals). Parameters: wanted_members_params."""
+    interval, user, conversation = MembershipInterval._meta.db_table, User._meta.db_table, Conversation._meta.db_table
+    big = (
+        "(SELECT (c.default_tier = 'mention_only' OR (c.default_tier = '' AND c.member_count > %s)) "
+        f"FROM {conversation} c WHERE c.id = %s)"
+    )
+    current = "i.conversation_id = %s AND i.left_at IS NULL"
+    return (
+        f"SELECT i.user_id, i.role, i.tier FROM {interval} i WHERE NOT {big} AND {current} "
+        f"UNION SELECT i.user_id, i.role, i.tier FROM {interval} i WHERE {big} AND {current} AND i.tier = 'full' "
+        f"UNION SELECT i.user_id, i.role, i.tier FROM unnest(%s::bigint[]) s (user_id) "
+        f"JOIN {interval} i ON i.user_id = s.user_id WHERE {big} AND {current} "
+        f"UNION SELECT i.user_id, i.role, i.tier FROM unnest(%s::text[]) n (username) "
+        f"JOIN {user} u ON u.username = n.username JOIN {interval} i ON i.user_id = u.id "
+        f"WHERE {big} AND u.tenant_id = (SELECT tenant_id FROM {conversation} WHERE id = %s) AND {current}"
+    )
+
+
+def wanted_members_params(conversation_id: str, senders: Collection[int], mentioned: Collection[str]) -> list:
+    """The parameters of wanted_members_sql, in order."""
+    large, cid = int(limit("large_group_members")), conversation_id
+    ids = "{" + ",".join(str(int(pk)) for pk in sorted(senders)) + "}"
+    return [large, cid, cid, large, cid, cid, ids, large, cid, cid, sorted(mentioned), large, cid, cid, cid]
 
 
 def online_devices_of(tenant_id: int, user_ids: Collection[str]) -> OnlineDevices:
