@@ -1,6 +1,7 @@
 """Group roles, policies and tiers over real HTTP and sockets against an embedded daphne node
 (protocol.md §17): every refusal of §17.1's table, owner handover and succession, the
-qim.group.v1 events, member paging, and the SEND checks of mentions and replies."""
+qim.group.v1 events, member paging, the SEND checks of mentions and replies, and an EDIT's
+new mentions in its EVENT push."""
 
 from __future__ import annotations
 
@@ -291,3 +292,17 @@ async def test_a_reply_quotes_a_visible_message_as_it_is_now(acme: TenantHandle)
         "conversation_seq": 1, "sender_id": alice.user_id, "content_type": "text",
         "preview": "[recalled]", "state": "recalled"}
     assert "reply_to" not in messages[1]
+
+
+async def test_an_edits_new_mentions_ride_its_event_push_as_sync_returns_them(acme: TenantHandle) -> None:
+    alice, bob, carol = (acme.persona(n) for n in ("alice", "bob", "carol"))
+    group = create_group(alice, bob, carol)
+    a, b = await alice.connect(), await bob.connect()
+    sent = await send_fields(a, group, "@bob", mentions=[bob.user_id])
+    await b.next_push(timeout=5, type="EVENT")
+    await a.request("EDIT", conversation_id=group, conversation_seq=sent["conversation_seq"],
+                    payload={"text": "@carol"}, mentions=[carol.user_id])
+    pushed = (await b.next_push(timeout=5, type="EVENT"))["event"]
+    events, _ = await sync_all(b)
+    assert pushed == events[-1]  # §6.5: the EVENT is exactly what SYNC_BATCH returns
+    assert (pushed["control"]["mentions"], pushed["control"]["mention_all"]) == ([carol.user_id], False)
