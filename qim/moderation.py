@@ -32,12 +32,18 @@ class Moderator:
 
     @classmethod
     def operator(cls, tenant_id: int, operator_name: str) -> "Moderator":
-        """An operator of the Django admin. Events need an IM user as actor: the tenant's first
-        admin stands in; the audit names the operator."""
-        admin = User.objects.filter(tenant_id=tenant_id, is_tenant_admin=True).order_by("pk").first()
-        if admin is None:
-            raise Refused("conflict", "this tenant has no admin user to act as")
-        return cls(tenant_id, admin, None, f"operator:{operator_name}")
+        """An operator of the Django admin, acting as `operator_stand_in`; the audit names the
+        operator."""
+        return cls(tenant_id, operator_stand_in(tenant_id), None, f"operator:{operator_name}")
+
+
+def operator_stand_in(tenant_id: int) -> User:
+    """The IM user an operator of the Django admin acts as: events need one as their actor, so
+    the tenant's first admin stands in. `conflict` when the tenant has none."""
+    admin = User.objects.filter(tenant_id=tenant_id, is_tenant_admin=True).order_by("pk").first()
+    if admin is None:
+        raise Refused("conflict", "this tenant has no admin user to act as")
+    return admin
 
 
 @dataclass(frozen=True)

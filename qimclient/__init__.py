@@ -11,7 +11,7 @@ from .messaging import new_client_msg_id
 from .registry import Rendered, RegistrySync, TypeRegistry, render_message, version_satisfies
 from .rest import RestClient, login
 from .rooms import RoomItem, RoomState, RoomSync
-from .sync import EventCallback, MailboxEvent, MailboxSync
+from .sync import EventCallback, MailboxEvent, MailboxSync, is_live_event
 from .urls import websocket_url
 from .version import __version__
 
@@ -47,6 +47,7 @@ __all__ = [
     "__version__",
     "decode_frame",
     "encode_frame",
+    "is_live_event",
     "login",
     "new_call_id",
     "new_client_msg_id",

@@ -1,4 +1,5 @@
-"""`python -m qimclient`: log in, tail a session, send a message or any request frame."""
+"""`python -m qimclient`: log in, tail a session, send or edit a message, send any request
+frame, run a group (roles, policies, your tier)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .cli_group import add_group_parser
+from .cli_text import event_line
 from .connection import QimClient
 from .cursor import JsonFileCursorStore
 from .errors import ApiError, AuthError, ConnectionLost, QimError
@@ -43,16 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     tail_parser.add_argument(
         "--no-sync", action="store_true", help="no SYNC catch-up: print raw frames only, EVENT pushes as they come"
     )
+    tail_parser.add_argument(
+        "--format", choices=("json", "text"), default="json",
+        help="text: one readable line per event, mentions and replies spelled out (other frames stay JSON)",
+    )
     tail_parser.set_defaults(run=_run_tail)
 
-    send_parser = commands.add_parser("send", help="SEND a message to a conversation and print the reply")
-    _add_session_arguments(send_parser)
-    send_parser.add_argument("--conversation", required=True, help="conversation_id")
-    body = send_parser.add_mutually_exclusive_group(required=True)
-    body.add_argument("--text", help="send content_type text with payload {text}")
-    body.add_argument("--payload", help="raw JSON payload, for --content-type other than text")
-    send_parser.add_argument("--content-type", default="text", help="text (default) or a registered custom_type")
-    send_parser.set_defaults(run=_run_send)
+    _add_send_parser(commands)
+    _add_edit_parser(commands)
 
     frame_parser = commands.add_parser("frame", help="send any frame (req_id added) and print the reply")
     _add_session_arguments(frame_parser)
@@ -61,7 +62,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait", action="store_true", help="send the frame as is and exit without waiting (e.g. TYPING)"
     )
     frame_parser.set_defaults(run=_run_frame)
+    add_group_parser(commands, DEFAULT_URL)
     return parser
+
+
+def _add_send_parser(commands: Any) -> None:
+    """`send`, with protocol §17's mentions, @all and reply."""
+    send_parser = commands.add_parser("send", help="SEND a message to a conversation and print the reply")
+    _add_session_arguments(send_parser)
+    send_parser.add_argument("--conversation", required=True, help="conversation_id")
+    body = send_parser.add_mutually_exclusive_group(required=True)
+    body.add_argument("--text", help="send content_type text with payload {text}")
+    body.add_argument("--payload", help="raw JSON payload, for --content-type other than text")
+    send_parser.add_argument("--content-type", default="text", help="text (default) or a registered custom_type")
+    send_parser.add_argument("--mention", action="append", metavar="USER_ID", help="mention a member (repeatable)")
+    send_parser.add_argument("--mention-all", action="store_true", help="@all (as the group's policy allows)")
+    send_parser.add_argument("--reply-to", type=int, metavar="SEQ", help="the conversation_seq this replies to")
+    send_parser.set_defaults(run=_run_send)
+
+
+def _add_edit_parser(commands: Any) -> None:
+    """`edit`: a new payload, and new mentions or @all when given (§8, §17.2)."""
+    edit_parser = commands.add_parser("edit", help="EDIT one of your messages and print the reply")
+    _add_session_arguments(edit_parser)
+    edit_parser.add_argument("--conversation", required=True, help="conversation_id")
+    edit_parser.add_argument("--seq", type=int, required=True, help="the message's conversation_seq")
+    new_body = edit_parser.add_mutually_exclusive_group(required=True)
+    new_body.add_argument("--text", help="the new payload {text}")
+    new_body.add_argument("--payload", help="the new raw JSON payload")
+    mentions = edit_parser.add_mutually_exclusive_group()
+    mentions.add_argument("--mention", action="append", metavar="USER_ID", help="the new mentions (repeatable)")
+    mentions.add_argument("--no-mentions", action="store_true", help="mention nobody by name any more")
+    edit_parser.add_argument(
+        "--mention-all", action=argparse.BooleanOptionalAction, help="set or clear @all (default: as it was)"
+    )
+    edit_parser.set_defaults(run=_run_edit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,9 +163,16 @@ async def _run_tail(arguments: argparse.Namespace) -> int:
     # Events are printed by the callback, so none need queueing for next_event.
     options = {"cursor_store": store, "max_queued_events": 0} if sync else {}
     client = _client(arguments, reconnect=True, sync=sync, **options)
+    text = arguments.format == "text"
+
+    def show_event(event: dict[str, Any]) -> None:
+        if text:
+            print(event_line(event, client.user_id), flush=True)
+        else:  # the same line shape as a raw EVENT push, but each event once, in mailbox_seq order
+            _print_line({"type": "EVENT", "event": event})
+
     if sync:
-        # The same line shape as a raw EVENT push, but each event once, in mailbox_seq order.
-        client.on_event(lambda event: _print_line({"type": "EVENT", "event": event}))
+        client.on_event(show_event)
     _print_line(await client.connect())
 
     async def announce_reconnect(reconnected: QimClient) -> None:
@@ -143,8 +185,10 @@ async def _run_tail(arguments: argparse.Namespace) -> int:
                 frame = await client.next_push(timeout=1.0)
             except TimeoutError:
                 continue
-            if not (sync and frame.get("type") == "EVENT"):
-                _print_line(frame)
+            if frame.get("type") != "EVENT" or not (sync or text):
+                _print_line(frame)  # EVENTs too without sync: as the server sent them
+            elif not sync:
+                print(event_line(frame.get("event") or {}, client.user_id), flush=True)
         print(f"connection closed for good: {client.last_error or client.close_code}", file=sys.stderr)
         return 1
     finally:
@@ -154,7 +198,21 @@ async def _run_tail(arguments: argparse.Namespace) -> int:
 async def _run_send(arguments: argparse.Namespace) -> int:
     payload = {"text": arguments.text} if arguments.text is not None else json.loads(arguments.payload)
     async with _client(arguments, reconnect=False) as client:
-        reply = await client.send_message(arguments.conversation, arguments.content_type, payload)
+        reply = await client.send_message(
+            arguments.conversation, arguments.content_type, payload,
+            mentions=arguments.mention, mention_all=arguments.mention_all, reply_to=arguments.reply_to,
+        )
+    _print_line(reply)
+    return 0
+
+
+async def _run_edit(arguments: argparse.Namespace) -> int:
+    payload = {"text": arguments.text} if arguments.text is not None else json.loads(arguments.payload)
+    mentions = [] if arguments.no_mentions else arguments.mention
+    async with _client(arguments, reconnect=False) as client:
+        reply = await client.edit_message(
+            arguments.conversation, arguments.seq, payload, mentions=mentions, mention_all=arguments.mention_all,
+        )
     _print_line(reply)
     return 0
 

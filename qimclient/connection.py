@@ -25,7 +25,8 @@ from .registry import RegistryAccess, RegistrySync, TypeRegistry
 from .reconnect import ReconnectHook, ReconnectLoop
 from .room_requests import RoomRequests
 from .rooms import RoomSync
-from .sync import MailboxAccess, MailboxSync
+from .mailbox_access import MailboxAccess
+from .sync import MailboxSync
 from .version import __version__
 
 logger = logging.getLogger("qimclient")

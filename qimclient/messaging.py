@@ -1,4 +1,5 @@
-"""Typed helpers for the §5 requests (SEND, HISTORY, CONVERSATIONS, TYPING, PRESENCE_SUB), mixed into QimClient."""
+"""Typed helpers for the conversation requests (protocol §6: SEND, HISTORY, CONVERSATIONS,
+TYPING; §7 PRESENCE_SUB; §8: MARK_READ, RECALL, EDIT), mixed into QimClient."""
 
 from __future__ import annotations
 
@@ -44,13 +45,24 @@ class ConversationRequests:
         async def _render_messages(self, messages: list[dict[str, Any]]) -> None: ...
 
     async def send_text(
-        self, conversation_id: str, text: str, client_msg_id: str | None = None, *, retries: int = 3
+        self,
+        conversation_id: str,
+        text: str,
+        client_msg_id: str | None = None,
+        *,
+        retries: int = 3,
+        mentions: Iterable[str] | None = None,
+        mention_all: bool = False,
+        reply_to: int | None = None,
     ) -> Frame:
         """SEND `{"text": text}`; returns the ACK `{message_id, conversation_seq, sent_at_ms}`.
 
-        Retries like `send_message`. Raises QimError when refused.
+        Mentions and replies as `send_message`'s; retries like it. Raises QimError when refused.
         """
-        return await self.send_message(conversation_id, "text", {"text": text}, client_msg_id, retries=retries)
+        return await self.send_message(
+            conversation_id, "text", {"text": text}, client_msg_id, retries=retries,
+            mentions=mentions, mention_all=mention_all, reply_to=reply_to,
+        )
 
     async def send_message(
         self,
@@ -60,32 +72,100 @@ class ConversationRequests:
         client_msg_id: str | None = None,
         *,
         retries: int = 3,
+        mentions: Iterable[str] | None = None,
+        mention_all: bool = False,
+        reply_to: int | None = None,
     ) -> Frame:
         """SEND one message; returns its ACK.
+
+        `mentions` (user ids, current members, at most the server's max_mentions_per_message),
+        `mention_all` (@all, as the group's mention_all_policy allows) and `reply_to` (the
+        `conversation_seq` of a message you can see) are protocol §17's; the server does not
+        read the payload, so write the @names into the text yourself.
 
         When the socket drops before the ACK (ConnectionLost), or no ACK comes in time
         (TimeoutError), the outcome is unknown: with `reconnect` on this waits for the next
         session and sends again, up to `retries` times, with the SAME `client_msg_id`, which
-        the server answers with the original ACK instead of writing twice (§5). Pass your own
+        the server answers with the original ACK instead of writing twice (§6.1). Pass your own
         `client_msg_id` to be able to retry yourself after this gives up. QimError (a refusal,
         e.g. rate_limited) is raised at once: the request had no effect.
         """
         client_msg_id = client_msg_id or self.client_msg_ids()
+        fields: dict[str, Any] = {
+            "conversation_id": conversation_id, "client_msg_id": client_msg_id,
+            "content_type": content_type, "payload": payload,
+        }
+        fields.update(_addressing(mentions, mention_all, reply_to))
+        return await self._request_retrying("SEND", retries, f"SEND {client_msg_id}", **fields)
+
+    async def edit_message(
+        self,
+        conversation_id: str,
+        conversation_seq: int,
+        payload: Any,
+        *,
+        mentions: Iterable[str] | None = None,
+        mention_all: bool | None = None,
+        retries: int = 3,
+    ) -> Frame:
+        """EDIT one of your messages (§8); returns the ACK `{event_conversation_seq}`.
+
+        `mentions` and `mention_all`, when given, replace the message's (§17.2); left out, they
+        stay as they were. An EDIT repeating the newest edit is answered with that edit's seq
+        and writes nothing, so it is retried like SEND after a lost answer.
+        """
+        fields: dict[str, Any] = {
+            "conversation_id": conversation_id, "conversation_seq": conversation_seq, "payload": payload,
+        }
+        if mentions is not None:
+            fields["mentions"] = list(mentions)
+        if mention_all is not None:
+            fields["mention_all"] = mention_all
+        return await self._request_retrying("EDIT", retries, f"EDIT {conversation_id}#{conversation_seq}", **fields)
+
+    async def edit_text(
+        self,
+        conversation_id: str,
+        conversation_seq: int,
+        text: str,
+        *,
+        mentions: Iterable[str] | None = None,
+        mention_all: bool | None = None,
+    ) -> Frame:
+        """EDIT a text message to `{"text": text}`; as `edit_message`."""
+        return await self.edit_message(
+            conversation_id, conversation_seq, {"text": text}, mentions=mentions, mention_all=mention_all
+        )
+
+    async def recall(self, conversation_id: str, conversation_seq: int, *, retries: int = 3) -> Frame:
+        """RECALL one of your messages (§8); returns the ACK `{event_conversation_seq}`. A repeat
+        answers the existing recall's seq, so it is retried like SEND."""
+        return await self._request_retrying(
+            "RECALL", retries, f"RECALL {conversation_id}#{conversation_seq}",
+            conversation_id=conversation_id, conversation_seq=conversation_seq,
+        )
+
+    async def mark_read(self, conversation_id: str, read_conversation_seq: int, *, retries: int = 3) -> Frame:
+        """MARK_READ (§8): the read cursor moves forward only; returns the ACK
+        `{read_conversation_seq, unread}`. It also clears the mentions up to there (§17.2)."""
+        return await self._request_retrying(
+            "MARK_READ", retries, f"MARK_READ {conversation_id}",
+            conversation_id=conversation_id, read_conversation_seq=read_conversation_seq,
+        )
+
+    async def _request_retrying(self, frame_type: str, retries: int, what: str, **fields: Any) -> Frame:
+        """`request`, sent again after ConnectionLost or TimeoutError (with `reconnect` on, up to
+        `retries` times, once the next session is up): only for requests the server answers
+        the same way when repeated."""
         attempt = 0
         while True:
             try:
-                return await self.request(
-                    "SEND",
-                    conversation_id=conversation_id,
-                    client_msg_id=client_msg_id,
-                    content_type=content_type,
-                    payload=payload,
-                )
+                return await self.request(frame_type, **fields)
             except (ConnectionLost, TimeoutError) as error:
                 if not self.reconnect or attempt >= retries:
                     raise
                 attempt += 1
-                logger.info("SEND %s unanswered (%s); retry %d with the same id", client_msg_id, error, attempt)
+                logger.info("%s unanswered (%s); retry %d with the same fields", what, error, attempt)
                 await self.wait_connected(timeout=self.request_timeout + self.backoff.maximum)
 
     async def history(
@@ -160,3 +240,15 @@ class ConversationRequests:
         ack = await self.request("PRESENCE_SUB", user_ids=list(user_ids))
         presence: dict[str, bool] = ack["presence"]
         return presence
+
+
+def _addressing(mentions: Iterable[str] | None, mention_all: bool, reply_to: int | None) -> dict[str, Any]:
+    """SEND's §17 fields, only those given (a plain SEND stays as it was)."""
+    fields: dict[str, Any] = {}
+    if mentions is not None:
+        fields["mentions"] = list(mentions)
+    if mention_all:
+        fields["mention_all"] = True
+    if reply_to is not None:
+        fields["reply_to"] = reply_to
+    return fields

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -87,15 +87,68 @@ class RestClient:
 
     async def add_members(self, conversation_id: str, user_ids: Iterable[str]) -> int:
         """Add members; answers the conversation_seq of the `qim.membership.v1` join event."""
-        path = f"/api/v1/conversations/{quote(conversation_id, safe='')}/members"
-        answer = await self.post(path, json={"user_ids": list(user_ids)})
+        answer = await self.post(f"{_conversation_path(conversation_id)}/members", json={"user_ids": list(user_ids)})
         return int(answer["conversation_seq"])
 
     async def remove_member(self, conversation_id: str, user_id: str) -> int:
-        """Leave (your own user_id) or remove (tenant admin); answers the event's conversation_seq."""
-        path = f"/api/v1/conversations/{quote(conversation_id, safe='')}/members/{quote(user_id, safe='')}"
-        answer = await self.delete(path)
+        """Leave (your own user_id) or remove someone (the group's owner, its admins for plain
+        members, or a tenant admin); answers the event's conversation_seq."""
+        answer = await self.delete(_member_path(conversation_id, user_id))
         return int(answer["conversation_seq"])
+
+    # Groups (protocol §17): roles, policies, tiers.
+
+    async def get_conversation(self, conversation_id: str) -> dict[str, Any]:
+        """GET `conversations/{id}`: `{conversation_id, kind, title, mention_all_policy,
+        add_members_policy, member_count, role, tier, member}`, the last three yours."""
+        answer: dict[str, Any] = await self.get(_conversation_path(conversation_id))
+        return answer
+
+    async def update_conversation(
+        self,
+        conversation_id: str,
+        *,
+        title: str | None = None,
+        mention_all_policy: str | None = None,
+        add_members_policy: str | None = None,
+    ) -> dict[str, Any]:
+        """PATCH `conversations/{id}` (the owner and admins): rename the group or set its
+        policies (`admins` or `members`); answers its settings and `conversation_seq`, the
+        seq of the qim.group.v1 event (None when nothing changed)."""
+        changes = {"title": title, "mention_all_policy": mention_all_policy, "add_members_policy": add_members_policy}
+        body = {name: value for name, value in changes.items() if value is not None}
+        if not body:
+            raise ValueError("name a title or a policy to change")
+        answer: dict[str, Any] = await self.patch(_conversation_path(conversation_id), json=body)
+        return answer
+
+    async def list_members(self, conversation_id: str, *, page_size: int | None = None) -> list[dict[str, Any]]:
+        """GET `conversations/{id}/members`, every page (following `next`): the current members
+        `{user_id, display_name, role}` ordered by user_id. `page_size` is the server's `limit`
+        (1 to 1 000, default 100)."""
+        members: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            query = {name: value for name, value in (("after", after), ("limit", page_size)) if value is not None}
+            path = f"{_conversation_path(conversation_id)}/members"
+            page = await self.get(f"{path}?{urlencode(query)}" if query else path)
+            members += page["members"]
+            after = page.get("next")
+            if not after or not page["members"]:
+                return members
+
+    async def set_member_role(self, conversation_id: str, user_id: str, role: str) -> dict[str, Any]:
+        """PATCH `{role}` of a member (the owner only): `admin`, `member`, or `owner` to hand
+        ownership over (you become an admin). Answers `{user_id, role, conversation_seq}`, the
+        seq None when they held that role already."""
+        answer: dict[str, Any] = await self.patch(_member_path(conversation_id, user_id), json={"role": role})
+        return answer
+
+    async def set_tier(self, conversation_id: str, user_id: str, tier: str) -> dict[str, Any]:
+        """PATCH your own mailbox `{tier}`: `full` or `mention_only` (§17.4); `user_id` must be
+        yours (403 otherwise). Answers `{user_id, tier}`."""
+        answer: dict[str, Any] = await self.patch(_member_path(conversation_id, user_id), json={"tier": tier})
+        return answer
 
     async def logout(self) -> None:
         """DELETE `auth/token`: revoke this client's token; its sockets are closed (4403)."""
@@ -110,6 +163,14 @@ class RestClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _conversation_path(conversation_id: str) -> str:
+    return f"/api/v1/conversations/{quote(conversation_id, safe='')}"
+
+
+def _member_path(conversation_id: str, user_id: str) -> str:
+    return f"{_conversation_path(conversation_id)}/members/{quote(user_id, safe='')}"
 
 
 async def _call(http: httpx.AsyncClient, method: str, path: str, body: Any) -> Any:

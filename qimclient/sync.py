@@ -23,9 +23,10 @@ MailboxEvent = dict[str, Any]
 EventCallback = Callable[[MailboxEvent], Awaitable[None] | None]
 PrepareEvents = Callable[[list[MailboxEvent]], Awaitable[None]]
 
-# Live EVENTs held while a catch-up runs or the reader is stalled; past this they are
-# dropped and one SYNC fetches them again, so memory stays bounded and nothing is lost.
-MAX_HELD_LIVE_EVENTS = 10_000
+# EVENT pushes held while a catch-up runs or the reader is stalled; past this they are
+# dropped and one SYNC fetches them again, so memory stays bounded and nothing in the mailbox
+# is lost (live events, which no SYNC returns, are: they were best effort anyway).
+MAX_HELD_PUSHED_EVENTS = 10_000
 
 
 class SyncSession(Protocol):
@@ -44,12 +45,17 @@ class MailboxSync:
 
     One task (the pump) does all the work, so catch-ups never overlap and ordering holds:
     a requested catch-up (connect, reconnect, a possible gap) pages SYNC from the cursor
-    until `has_more` is false; live EVENTs wait their turn and are dropped when the cursor
+    until `has_more` is false; pushed EVENTs wait their turn and are dropped when the cursor
     already covers them. `mailbox_seq` gaps are normal (§5: entries that originated on this
     device are skipped), so a gap only triggers a SYNC, which decides.
 
+    Live events (protocol §6.5: `live: true`, no `mailbox_seq`; a `mention_only` member's
+    view of a group) are in no mailbox: they are handed on in their turn among the pushes,
+    through the same callbacks and queue, and never move the cursor nor count as a gap.
+
     The pump never interprets `kind` or `custom_type`: unknown ones are handed on like any
-    other. Only an event without an integer `mailbox_seq` is dropped (and counted).
+    other. Only an event with neither an integer `mailbox_seq` nor `live: true` is dropped
+    (and counted).
     """
 
     def __init__(
@@ -74,6 +80,8 @@ class MailboxSync:
         self.catch_ups = 0
         self.gap_fills = 0
         self.invalid_events = 0
+        # Live events handed on (§6.5): they say nothing about the cursor.
+        self.live_events = 0
         # SYNC pages that said `history_truncated` (§6.2): the server's retention deleted
         # entries after our cursor; the page itself is normal, this only tells the app.
         self.history_truncations = 0
@@ -81,7 +89,7 @@ class MailboxSync:
             asyncio.Queue(max_queued_events) if max_queued_events > 0 else None
         )
         self._callbacks: list[EventCallback] = []
-        self._live: deque[MailboxEvent] = deque()
+        self._pushed: deque[MailboxEvent] = deque()
         # A catch-up is owed while requested > satisfied; a drop during a catch-up bumps
         # `requested`, so that catch-up cannot count for the reconnect that follows.
         self._sync_requested = 0
@@ -143,16 +151,16 @@ class MailboxSync:
             presented[0].discard()
 
     def offer(self, event: Any) -> None:
-        """A live EVENT's event object, from the reader; never blocks, never raises."""
-        if _seq_of(event) is None:
+        """A pushed EVENT's event object, from the reader; never blocks, never raises."""
+        if _seq_of(event) is None and not is_live_event(event):
             self._note_invalid(event)
             return
-        if len(self._live) >= MAX_HELD_LIVE_EVENTS:
-            logger.warning("more than %d live events held; dropping them for one SYNC", MAX_HELD_LIVE_EVENTS)
-            self._live.clear()
+        if len(self._pushed) >= MAX_HELD_PUSHED_EVENTS:
+            logger.warning("more than %d pushed events held; dropping them for one SYNC", MAX_HELD_PUSHED_EVENTS)
+            self._pushed.clear()
             self.request_sync()
             return
-        self._live.append(event)
+        self._pushed.append(event)
         self._idle.clear()
         self._wake.set()
 
@@ -169,7 +177,8 @@ class MailboxSync:
         return remove
 
     async def next_event(self, timeout: float | None = 10.0) -> MailboxEvent:
-        """The next event in `mailbox_seq` order; TimeoutError after `timeout` s (None: forever)."""
+        """The next event in `mailbox_seq` order (live events in their turn); TimeoutError
+        after `timeout` s (None: forever)."""
         queue = self._require_queue()
         try:
             async with asyncio.timeout(timeout):
@@ -235,21 +244,25 @@ class MailboxSync:
             self._stopped.set()
 
     def _owes_work(self) -> bool:
-        return self._sync_requested > self._sync_satisfied or bool(self._live)
+        return self._sync_requested > self._sync_satisfied or bool(self._pushed)
 
     async def _step(self) -> None:
         if self._sync_requested > self._sync_satisfied:
             await self._catch_up()
             return
-        event = self._live[0]
+        event = self._pushed[0]
         seq = _seq_of(event)
-        assert seq is not None  # offer() admits only events with one
+        if seq is None:  # a live event (offer() admits no other without a seq)
+            self._pushed.popleft()
+            await self._prepare([event])
+            await self._hand_on(event)
+            return
         if seq > self.cursor + 1:
             # Maybe lost, maybe skipped as our own device's: SYNC from the cursor decides.
             self.gap_fills += 1
             self.request_sync()
             await self._catch_up()
-        self._live.popleft()
+        self._pushed.popleft()
         # After a gap fill this is normally covered; if SYNC did not see it, hand it on anyway.
         if seq > self.cursor:
             await self._prepare([event])
@@ -315,14 +328,18 @@ class MailboxSync:
     async def _hand_on(self, event: MailboxEvent) -> None:
         if self._queue is not None:
             await self._queue.put(event)  # a full queue holds the pump: backpressure, not loss
-        self.cursor = event["mailbox_seq"]
+        seq = _seq_of(event)
+        if seq is None:
+            self.live_events += 1
+        else:
+            self.cursor = seq
         for callback in list(self._callbacks):
             try:
                 result = callback(event)
                 if inspect.isawaitable(result):
                     await result
             except Exception:
-                logger.exception("event callback %r failed on mailbox_seq %s", callback, event["mailbox_seq"])
+                logger.exception("event callback %r failed on %s", callback, _describe(event))
 
     def _save(self) -> None:
         try:
@@ -338,47 +355,22 @@ class MailboxSync:
 
     def _note_invalid(self, event: Any) -> None:
         self.invalid_events += 1
-        logger.warning("ignoring a mailbox event without an integer mailbox_seq: %.200r", event)
-
-
-class MailboxAccess:
-    """The mailbox stream's calls, mixed into QimClient (which provides `mailbox`)."""
-
-    if TYPE_CHECKING:
-        mailbox: MailboxSync | None
-
-    def on_event(self, callback: EventCallback) -> Callable[[], None]:
-        """Call `callback(event)` for each mailbox event, once, in `mailbox_seq` order; returns its remover.
-
-        Register before `connect()` to see the catch-up too. Async callbacks are awaited in
-        turn (the stream waits for them), so they must not wait for the stream themselves
-        (`wait_synced`, `next_event`); a failing callback is logged and the stream goes on.
-        """
-        return self._require_mailbox().on_event(callback)
-
-    async def next_event(self, timeout: float | None = 10.0) -> MailboxEvent:
-        """The next mailbox event (the `event` object of EVENT / SYNC_BATCH), in order, never twice.
-
-        Raises TimeoutError when none arrives within `timeout` seconds; None waits forever.
-        """
-        return await self._require_mailbox().next_event(timeout)
-
-    def drain_events(self) -> list[MailboxEvent]:
-        """All queued mailbox events, oldest first, without waiting."""
-        return self._require_mailbox().drain_events()
-
-    async def wait_synced(self, timeout: float | None = 10.0) -> None:
-        """Wait until every event the server announced so far was handed on (catch-up done)."""
-        await self._require_mailbox().wait_synced(timeout)
-
-    def _require_mailbox(self) -> MailboxSync:
-        if self.mailbox is None:
-            raise RuntimeError("mailbox events need QimClient(..., sync=True)")
-        return self.mailbox
+        logger.warning("ignoring a mailbox event with neither an integer mailbox_seq nor live: true: %.200r", event)
 
 
 def _is_seq(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_live_event(event: Any) -> bool:
+    """A live event (§6.5): `live: true` and no `mailbox_seq`; in no mailbox, so SYNC never
+    returns it and it says nothing about gaps."""
+    return isinstance(event, dict) and event.get("live") is True and "mailbox_seq" not in event
+
+
+def _describe(event: MailboxEvent) -> str:
+    seq = _seq_of(event)
+    return f"mailbox_seq {seq}" if seq is not None else f"a live event of {event.get('conversation_id')}"
 
 
 def _seq_of(event: Any) -> int | None:

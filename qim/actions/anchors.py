@@ -24,6 +24,7 @@ def do_log_anchored_event(
     payload_json: str | None = None,
     now_ms: int,
     also: dict[int, str] | None = None,
+    carried_mentions: tuple[str, bool] | None = None,
 ) -> Appended:
     """Append a recall/edit event at its own seq, anchored on `target`, to the mailbox of
     everyone who can see the target (queries.control.anchor_recipients).
@@ -33,7 +34,8 @@ def do_log_anchored_event(
     with step 2, so a client that reacts to the EVENT finds the target row updated.
     In a `mention_only` tier (design §4.3) only those who had the target in their mailbox,
     `full` members, and `also` (users an edit newly mentions) get an entry; the others who can
-    see the target get it live (`Appended.live_push`).
+    see the target get it live (`Appended.live_push`). `carried_mentions` are an edit's new
+    mentions, on its row (and so in its EVENT) from the start.
     """
     recipients, live = anchor_audience(conversation, target, also or {})
     return append_to_log(
@@ -49,6 +51,7 @@ def do_log_anchored_event(
         origin_device_id=device_id or None,
         defer_push=True,
         live=live,
+        carried_mentions=carried_mentions,
     )
 
 

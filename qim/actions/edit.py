@@ -84,9 +84,8 @@ def check_edit_message(
             appended = do_log_anchored_event(
                 conversation, target, content_type=EDIT, actor=user, device_id=device_id,
                 payload_json=payload_json, now_ms=now, also=readdressed.added if readdressed else None,
+                carried_mentions=readdressed.carried() if readdressed else None,
             )
-            if readdressed is not None:
-                readdressed.carry_on(appended.record)
     if retried is not None:
         with transaction.atomic():
             do_apply_edit(retried)  # a no-op unless the first EDIT died between its two commits

@@ -7,7 +7,7 @@ members and set its policies; members may leave, and add members while the group
 ownership over. A tenant admin (an operator) may do what an owner does. Every role, policy
 or title change is a qim.group.v1 CONTROL event in the log, so every device learns of it,
 offline ones by SYNC. A tier is the member's own choice and changes only their mailbox: it
-writes no event.
+writes no event; so does the operator's default tier for those who chose none.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from qim.clock import now_ms
 from qim.errors import Refused
 from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, User
-from qim.queries.conversations import MemberSet, current_member_set
+from qim.queries.conversations import MemberSet, current_member_set, group_default_tier
 
 ROLES = (MembershipInterval.OWNER, MembershipInterval.ADMIN, MembershipInterval.MEMBER)
 TIERS = (MembershipInterval.FULL, MembershipInterval.MENTION_ONLY)
@@ -92,6 +92,32 @@ def do_set_tier(conversation_id: str, actor: User, user_id: str, tier: str) -> d
         interval.save(update_fields=["tier"])
         store_badge(target.pk, now_ms())
     return {"user_id": user_id, "tier": tier}
+
+
+def do_set_default_tier(conversation_id: str, tier: str) -> int:
+    """The operator's default tier of a group, for members who chose none ("" = by size,
+    design §4.3). Like a member's own switch it writes no event; the badges pushes carry of
+    the members it moves are recomputed after the change commits, one transaction each
+    (store_badge locks the badge row first, so a message committing meanwhile adds on top).
+    Answers how many members it moved."""
+    if tier not in ("", *TIERS):
+        raise Refused("bad_request", f"default tier is one of {', '.join(TIERS)}, or blank (by size)")
+    with transaction.atomic():
+        conversation, _ = _lock_group(conversation_id)
+        before = group_default_tier(conversation)
+        conversation.default_tier = tier
+        conversation.save(update_fields=["default_tier"])
+        if group_default_tier(conversation) == before:
+            return 0
+        moved = list(
+            MembershipInterval.objects.filter(conversation=conversation, left_at__isnull=True, tier="")
+            .values_list("user_id", flat=True)
+        )
+    now = now_ms()
+    for user_pk in moved:
+        with transaction.atomic():
+            store_badge(user_pk, now)
+    return len(moved)
 
 
 def do_update_group(conversation_id: str, actor: User, device_id: str, changes: dict) -> dict:

@@ -12,7 +12,6 @@ from qim.actions.log_pushes import count_for_others, event_push, live_push
 from qim.actions.log_rows import AllMembersBut, Appended, LogRow
 from qim.actions.mailbox import EntrySpec, write_mailbox_entries
 from qim.content_types import TypePolicy
-from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, MessageMention, MessageRecord, User
 from qim.notify import push_on_commit
 from qim.queries.conversations import MemberSet, current_member_set, group_default_tier
@@ -82,6 +81,7 @@ def append_to_log(
     online: OnlineDevices = NOT_ASKED,
     quiet: frozenset[int] = frozenset(),
     live: dict[int, str] | AllMembersBut | None = None,
+    carried_mentions: tuple[str, bool] | None = None,
 ) -> Appended:
     """Write the next row of the log and diffuse it to `recipients` (user pk -> user id).
 
@@ -97,7 +97,7 @@ def append_to_log(
     row = LogRow(
         sender=sender, sender_device_id=sender_device_id, policy=policy, payload_json=payload_json,
         kind=kind, client_msg_id=client_msg_id, target_conversation_seq=target_conversation_seq,
-        origin_device_id=origin_device_id,
+        origin_device_id=origin_device_id, carried_mentions=carried_mentions,
     )
     [appended] = append_rows_to_log(
         conversation, [row], recipients=recipients, now_ms=now_ms, defer_push=defer_push, online=online,
@@ -218,9 +218,8 @@ def _next_records(conversation: Conversation, rows: Sequence[LogRow], now_ms: in
             timeline_visible=row.policy.timeline_visible,
             counted_total=counted_totals[index],
             sender_counted_total=sender_totals[index],
-            mentions=codec.encode(list(row.mentioned.values())) if row.mentioned else None,
-            mention_all=row.mention_all,
             reply_to_seq=row.reply_to_seq,
+            **row.mention_columns(),
         )
         for index, row in enumerate(rows)
     ]

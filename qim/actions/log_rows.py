@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from qim.content_types import OWN_SEQ, TypePolicy
+from qim.infra import codec
 from qim.models import MessageRecord, User, UserMailboxEntry
 from qim.node.conversation_push import ConversationPush
 from qim.notify import UserPush
@@ -38,9 +39,21 @@ class LogRow:
     mentioned: dict[int, str] = field(default_factory=dict)
     mention_all: bool = False
     reply_to_seq: int | None = None
+    # An edit event's new mentions (issue #34): the `mentions` JSON and `mention_all` it
+    # carries, written on its row before its EVENT is rendered. They count nothing here: the
+    # target's rows do, once the edit applies (qim/actions/mentions.py).
+    carried_mentions: tuple[str, bool] | None = None
 
     def mentions(self, user_pk: int) -> bool:
         return self.mention_all or user_pk in self.mentioned
+
+    def mention_columns(self) -> dict[str, str | bool | None]:
+        """The row's `mentions` and `mention_all` columns."""
+        if self.carried_mentions is not None:
+            mentions, everyone = self.carried_mentions
+            return {"mentions": mentions, "mention_all": everyone}
+        return {"mentions": codec.encode(list(self.mentioned.values())) if self.mentioned else None,
+                "mention_all": self.mention_all}
 
     @property
     def moves_position(self) -> bool:

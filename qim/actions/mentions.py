@@ -32,14 +32,10 @@ class Readdressed:
     mention_all: bool
     added: dict[int, str]
 
-    def mentions_json(self) -> str | None:
-        return codec.encode(list(self.named.values())) if self.named else None
-
-    def carry_on(self, event: MessageRecord) -> None:
-        """Write the new mentions on the edit event (step 1's transaction)."""
-        event.mentions = codec.encode(list(self.named.values()))
-        event.mention_all = self.mention_all
-        event.save(update_fields=["mentions", "mention_all"])
+    def carried(self) -> tuple[str, bool]:
+        """The `mentions` JSON (`[]` when the edit names no one: null would mean "left alone")
+        and `mention_all` the edit event carries, written with it in step 1."""
+        return codec.encode(list(self.named.values())), self.mention_all
 
 
 def readdress(

@@ -1,7 +1,7 @@
 """The operators' admin: tenants, users and devices (tokens stay out of sight), the commit log
 with its moderation action, the moderation audit, the push outbox with its retry action, and
 the contract models of protocol.md §2 (mailbox, badges) read-only. Conversations and their
-membership intervals: qim/admin/conversations.py."""
+membership intervals, roles and tiers: qim/admin/conversations.py."""
 
 from django.contrib import admin, messages
 
@@ -15,6 +15,7 @@ from qim.clock import now_ms
 from qim.errors import Refused
 from qim.models import (
     Device,
+    MessageMention,
     MessageRecord,
     ModerationAudit,
     PushTask,
@@ -98,9 +99,34 @@ class DeviceAdmin(ReadableDatesAdmin):
     show_full_result_count = False
 
 
+class MentionInline(TenantWallInline):
+    """Whom a message mentions, as mention_count counts it (one row per user; at most
+    max_mentions_per_message), read-only: an EDIT rewrites them, nothing else does."""
+
+    model = MessageMention
+    fk_name = "message"
+    extra = 0
+    fields = ["user"]
+    readonly_fields = ["user"]
+    verbose_name_plural = "mentions (what mention_count counts)"
+
+    def get_queryset(self, request):  # type: ignore[no-untyped-def]
+        return super().get_queryset(request).select_related("user__tenant")
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
 @admin.register(MessageRecord)
 class MessageRecordAdmin(ReadOnlyAdmin):
-    """The commit log, read-only; operators moderate through the recall action."""
+    """The commit log, read-only, with the mention rows of a message; operators moderate
+    through the recall action."""
     # Newest first, as a changelist without one shows; the autocomplete pages need an order too.
     ordering = ("-pk",)
 
@@ -110,6 +136,7 @@ class MessageRecordAdmin(ReadOnlyAdmin):
     search_fields = ["=message_id", "=conversation__id", "=sender__username"]
     list_select_related = ["sender__tenant"]
     actions = ["recall_selected"]
+    inlines = [MentionInline]
 
     def has_recall_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
         # The log is never edited here, but moderating it is a change: it takes that permission.

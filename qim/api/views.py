@@ -3,6 +3,7 @@ actions (qim.errors.Refused) become `{code, message}` in qim.api.errors."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny, IsAuthenticated
@@ -151,10 +152,13 @@ class MemberView(APIView):
         data = valid(UpdateMemberSerializer, request)
         access_conversation(request.user.tenant_id, conversation_id)
         answer: dict = {"user_id": user_id}
-        if "role" in data:
-            answer.update(do_set_role(conversation_id, request.user, device_of(request), user_id, data["role"]))
-        if "tier" in data:
-            answer.update(do_set_tier(conversation_id, request.user, user_id, data["tier"]))
+        # Both or neither: a role given while the tier is refused (or the reverse) must not
+        # stay written, nor its event leave (a refused request writes nothing, §4).
+        with transaction.atomic():
+            if "role" in data:
+                answer.update(do_set_role(conversation_id, request.user, device_of(request), user_id, data["role"]))
+            if "tier" in data:
+                answer.update(do_set_tier(conversation_id, request.user, user_id, data["tier"]))
         return Response(answer)
 
 

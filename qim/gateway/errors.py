@@ -26,6 +26,9 @@ ERROR_CODES = frozenset(
         "internal",
         # Ours: the database or Redis is unreachable; retry later.
         "unavailable",
+        # Ours: a well-formed frame naming what it may not (issue #34: a mention of a
+        # non-member, more than max_mentions_per_message).
+        "bad_request",
     }
 )
 

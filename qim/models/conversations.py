@@ -219,3 +219,6 @@ class MessageMention(models.Model):
             models.UniqueConstraint(fields=["message", "user"], name="one_mention_per_message_user")
         ]
         indexes = [models.Index(fields=["user", "conversation", "conversation_seq"], name="mentions_of_user")]
+
+    def __str__(self) -> str:
+        return f"@{self.user.username}"

@@ -16,6 +16,7 @@ import websockets
 PROTOCOL_CODES = {
     "bad_frame", "unknown_type", "unauthenticated", "forbidden", "not_found", "rate_limited",
     "too_large", "window_expired", "unknown_custom_type", "room_limit", "conflict", "internal",
+    "bad_request",
 }
 CLOSE_UNAUTHENTICATED = 4401
 TIMEOUT_S = 30.0

@@ -124,3 +124,21 @@ def test_an_unscoped_operator_with_auth_permissions_still_manages_operators(tena
     assert client.login(username="root-op", password="pw")
     assert "acme-op2" not in body(client.get("/admin/auth/user/")) and "root-op" in body(client.get("/admin/auth/user/"))
     assert client.get("/admin/auth/group/").status_code == 200
+
+
+def test_group_settings_and_role_actions_never_reach_another_tenants_group(acme_operator: Client, tenants: dict) -> None:
+    mine, theirs = tenants["acme"], tenants["globex"]
+    conversation = theirs.intervals.get().conversation
+    settings = {"title": "mole", "mention_all_policy": "members", "add_members_policy": "members", "default_tier": ""}
+    hidden = acme_operator.post(f"/admin/qim/conversation/{conversation.pk}/change/", settings)
+    missing = acme_operator.post("/admin/qim/conversation/01NOSUCHCONVERSATION000000/change/", settings)
+    assert (hidden.status_code, hidden["Location"]) == (missing.status_code, missing["Location"])
+    # A stray membership (acme's user in globex's group: no action makes one, see above) is
+    # inside acme's wall, which goes by the user; its group's roles are still not acme's.
+    stray = MembershipInterval.objects.create(conversation=conversation, user=mine, joined_at=0)
+    page = acme_operator.post("/admin/qim/membershipinterval/",
+                              {"action": "make_admins", "_selected_action": [stray.pk]}, follow=True)
+    assert "the conversation is another tenant&#x27;s" in body(page)
+    conversation.refresh_from_db()
+    assert conversation.title == "globex-room" and conversation.last_seq == 0
+    assert MembershipInterval.objects.get(pk=stray.pk).role == MembershipInterval.MEMBER
