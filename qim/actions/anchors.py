@@ -3,8 +3,10 @@ re-issuing the EVENT push of one already logged (recovery, design §2)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from qim.actions.log import Appended, append_to_log
-from qim.actions.log_pushes import event_push
+from qim.actions.log_pushes import event_push, live_push
 from qim.content_types import builtin_policy
 from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, MessageRecord, User, UserMailboxEntry
@@ -84,4 +86,18 @@ def stored_event_push(event: MessageRecord) -> UserPush:
     exclude = (event.sender.username, origin) if origin else None
     return event_push(
         event.conversation, event, UserMailboxEntry.CONTROL, recipients, seqs, exclude_device=exclude
+    )
+
+
+def with_pushes_rendered_again(conversation: Conversation, appended: Appended) -> Appended:
+    """`appended` with its deferred pushes rendered again from its record: an edit's new
+    mentions are written on the event after the append rendered them (qim.actions.mentions),
+    and the EVENT must say what SYNC says (protocol §17.2)."""
+    live = appended.live_push
+    return replace(
+        appended,
+        push=stored_event_push(appended.record),
+        live_push=None if live is None else live_push(
+            conversation, appended.record, UserMailboxEntry.CONTROL, dict(enumerate(live.user_ids))
+        ),
     )

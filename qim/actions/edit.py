@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from qim.actions.anchors import do_log_anchored_event, stored_event_push
+from qim.actions.anchors import do_log_anchored_event, stored_event_push, with_pushes_rendered_again
 from qim.actions.log import lock_conversation
 from qim.actions.mentions import apply_mentions, readdress, same_addresses
 from qim.clock import now_ms
@@ -87,6 +87,7 @@ def check_edit_message(
             )
             if readdressed is not None:
                 readdressed.carry_on(appended.record)
+                appended = with_pushes_rendered_again(conversation, appended)
     if retried is not None:
         with transaction.atomic():
             do_apply_edit(retried)  # a no-op unless the first EDIT died between its two commits
