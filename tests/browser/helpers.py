@@ -56,14 +56,15 @@ def message(page: Page, seq: int):  # type: ignore[no-untyped-def]
     return page.locator(f"#messages .message[data-seq='{seq}']")
 
 
-def send_as(persona: Persona, conversation_id: str, content_type: str, *payloads: Any) -> list[dict]:
-    """SENDs from the persona's own (Python SDK) device, outside the browser; their ACKs."""
+def send_as(persona: Persona, conversation_id: str, content_type: str, *payloads: Any, **fields: Any) -> list[dict]:
+    """SENDs from the persona's own (Python SDK) device, outside the browser; their ACKs.
+    `fields` go into every SEND (e.g. `mentions`)."""
 
     async def run() -> list[dict]:
         client = await persona.connect(device_id="script")
         try:
             return [await client.request("SEND", conversation_id=conversation_id, client_msg_id=uuid.uuid4().hex,
-                                         content_type=content_type, payload=payload) for payload in payloads]
+                                         content_type=content_type, payload=payload, **fields) for payload in payloads]
         finally:
             await client.close()
             persona.tenant.clients.remove(client)

@@ -167,3 +167,17 @@ async def test_a_retried_edit_answers_the_same_event_and_writes_nothing_twice(
     assert (await edit(a, group, 1, "hello!"))["event_conversation_seq"] == 3
     assert (await edit(a, group, 1, "hello"))["event_conversation_seq"] == 4
     assert (await history_by_seq(b, group))[1]["payload"] == {"text": "hello"}
+
+
+async def test_an_edit_that_changes_mentions_pushes_the_new_set_as_sync_gives_it(acme: TenantHandle) -> None:
+    # §17.2: the edit event carries the message's new mentions, in the EVENT push as in SYNC.
+    alice, bob = acme.persona("alice"), acme.persona("bob")
+    group = create_group(alice, bob)
+    a, b = await alice.connect(), await bob.connect()
+    await send_text(a, group, "lunch?")
+    await drop_pushes(b)
+    await a.request("EDIT", conversation_id=group, conversation_seq=1, payload={"text": "@bob lunch?"},
+                    mentions=[bob.user_id])
+    pushed = (await next_control(b, EDIT))["control"]
+    assert pushed["mentions"] == [bob.user_id] and pushed["mention_all"] is False
+    assert await controls(b, EDIT, group) == [pushed]

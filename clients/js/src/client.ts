@@ -9,7 +9,7 @@ import { TypeRegistry } from "./registry.js";
 import { Rooms } from "./rooms.js";
 import { Calls } from "./rtc.js";
 import { type CursorStore, MailboxSync } from "./sync.js";
-import type { AuthOk, Frame, Limits, MailboxEvent, Message, RoomEvent } from "./types.js";
+import type { AuthOk, Frame, LiveEvent, Limits, MailboxEvent, Message, RoomEvent } from "./types.js";
 
 export interface ClientOptions extends ConnectionOptions {
   /** Where the mailbox cursor lives (default: memory). */
@@ -35,7 +35,7 @@ export class QimClient {
     const renderMessage = (message: Message) => {
       message.render = this.registry.render(message.content_type, message.payload, message.preview);
     };
-    const renderEvent = (event: MailboxEvent) => {
+    const renderEvent = (event: MailboxEvent | LiveEvent) => {
       if (event.message) renderMessage(event.message);
     };
     const renderRoomEvent = (event: RoomEvent) => {

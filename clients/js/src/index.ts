@@ -12,13 +12,14 @@ export {
 export { Emitter } from "./emitter.js";
 export { AuthError, ConnectionLost, QimError, RequestTimeout, RestError } from "./errors.js";
 export { newClientMsgId } from "./ids.js";
-export { Messaging, type HistoryQuery, type SendOptions } from "./messaging.js";
+export { Messaging, type HistoryQuery, type MentionOptions, type SendOptions } from "./messaging.js";
 export { Presence } from "./presence.js";
 export { TypeRegistry, UNKNOWN_TYPE_TEXT } from "./registry.js";
 export {
-  REST_PATHS, RestClient, type ConversationIdAnswer, type ConversationSeqAnswer, type EventSeqAnswer, type IceServer,
-  type IceServers, type LoginAnswer, type PushRegistration, type RoomInfo, type TypeFields, type UserIdAnswer,
-  type WebPushSubscriptionJson,
+  REST_PATHS, RestClient, type ConversationIdAnswer, type ConversationInfo, type ConversationSeqAnswer,
+  type EventSeqAnswer, type GroupChanges, type GroupMember, type GroupSettings, type GroupUpdateAnswer, type IceServer,
+  type IceServers, type LoginAnswer, type MemberChangeAnswer, type MemberPage, type PushRegistration, type RoomInfo,
+  type TypeFields, type UserIdAnswer, type WebPushSubscriptionJson,
 } from "./rest.js";
 export { withRateLimitRetry, type RetryOptions } from "./retry.js";
 export { Rooms, type RoomState } from "./rooms.js";

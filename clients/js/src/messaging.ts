@@ -1,7 +1,7 @@
 /**
- * Conversation requests (protocol §6, §8, §10): SEND with a `client_msg_id` (so a retry, after
- * `rate_limited` or a lost connection, can never post twice), EDIT, RECALL, HISTORY paging,
- * CONVERSATIONS paging, MARK_READ, TYPING and REACT.
+ * Conversation requests (protocol §6, §8, §10, §17): SEND with a `client_msg_id` (so a retry,
+ * after `rate_limited` or a lost connection, can never post twice) and optional mentions and
+ * reply, EDIT, RECALL, HISTORY paging, CONVERSATIONS paging, MARK_READ, TYPING and REACT.
  */
 import type { QimConnection } from "./connection.js";
 import { ConnectionLost } from "./errors.js";
@@ -11,10 +11,20 @@ import type {
   ConversationList, EventAck, HistoryBatch, Json, MarkReadAck, Message, ReactAck, SendAck,
 } from "./types.js";
 
-export interface SendOptions extends RetryOptions {
+/** Who a message mentions (§17.2). The server never reads the text: these lists are what notify. */
+export interface MentionOptions {
+  /** User ids, each a current member (else `bad_request`); at most `max_mentions_per_message`. */
+  mentions?: string[];
+  /** @all; `forbidden` unless your role or the group's `mention_all_policy` allows it. */
+  mentionAll?: boolean;
+}
+
+export interface SendOptions extends RetryOptions, MentionOptions {
   clientMsgId?: string;
   /** Required by `anchor_target` types (a vote on a poll), refused on others. */
   targetConversationSeq?: number;
+  /** The `conversation_seq` this message replies to (§17.3); `not_found` if you cannot see it. */
+  replyTo?: number;
   /** Reconnects to wait through, resending the same `client_msg_id` (default 3). */
   maxConnectionRetries?: number;
 }
@@ -40,6 +50,8 @@ export class Messaging {
       payload,
     };
     if (options.targetConversationSeq !== undefined) frame.target_conversation_seq = options.targetConversationSeq;
+    if (options.replyTo !== undefined) frame.reply_to = options.replyTo;
+    Object.assign(frame, mentionFields(options));
     const connectionRetries = options.maxConnectionRetries ?? 3;
     for (let lost = 0; ; lost++) {
       try {
@@ -56,11 +68,13 @@ export class Messaging {
     return this.send(conversationId, "text", { text }, options);
   }
 
-  edit(conversationId: string, conversationSeq: number, payload: Json): Promise<EventAck> {
+  /** EDIT; `mentions` / `mentionAll`, when given, replace the message's (left out: kept). */
+  edit(conversationId: string, conversationSeq: number, payload: Json, options: MentionOptions = {}): Promise<EventAck> {
     return this.connection.request<EventAck>("EDIT", {
       conversation_id: conversationId,
       conversation_seq: conversationSeq,
       payload,
+      ...mentionFields(options),
     });
   }
 
@@ -128,4 +142,12 @@ export class Messaging {
     const frame = { conversation_id: conversationId, conversation_seq: conversationSeq, reaction_key: reactionKey, action };
     return withRateLimitRetry(() => this.connection.request<ReactAck>("REACT", frame), options);
   }
+}
+
+/** The wire fields of MentionOptions: only those given, so an EDIT without them keeps the message's. */
+function mentionFields(options: MentionOptions): { mentions?: string[]; mention_all?: boolean } {
+  const fields: { mentions?: string[]; mention_all?: boolean } = {};
+  if (options.mentions !== undefined) fields.mentions = options.mentions;
+  if (options.mentionAll !== undefined) fields.mention_all = options.mentionAll;
+  return fields;
 }

@@ -5,7 +5,7 @@
  */
 import { parseJson, stringifyJson } from "./codec.js";
 import { RestError } from "./errors.js";
-import type { CustomMessageType } from "./types.js";
+import type { CustomMessageType, GroupPolicy, GroupRole, MailboxTier } from "./types.js";
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
@@ -16,6 +16,25 @@ export interface UserIdAnswer { user_id: string } // UserId
 export interface ConversationIdAnswer { conversation_id: string } // ConversationId
 export interface ConversationSeqAnswer { conversation_seq: number } // ConversationSeq
 export interface EventSeqAnswer { event_conversation_seq: number } // EventSeq
+/** A conversation's settings, as every member (and former member) may read them (§17.1). */
+export interface GroupSettings {
+  conversation_id: string;
+  kind: "group" | "direct";
+  title: string;
+  mention_all_policy: GroupPolicy;
+  add_members_policy: GroupPolicy;
+  member_count: number;
+}
+/** GET conversations/{id}: the settings with your own role and tier, and whether you are a member now. */
+export interface ConversationInfo extends GroupSettings { role: GroupRole; tier: MailboxTier; member: boolean } // ConversationSettings
+/** PATCH conversations/{id}: the settings and the event's seq (null when nothing changed). */
+export interface GroupUpdateAnswer extends GroupSettings { conversation_seq: number | null } // ConversationSettings
+export interface GroupChanges { title?: string; mention_all_policy?: GroupPolicy; add_members_policy?: GroupPolicy }
+/** PATCH conversations/{id}/members/{user_id}: `conversation_seq` is the role event's (null: no change; absent for a tier). */
+export interface MemberChangeAnswer { user_id: string; role?: GroupRole; tier?: MailboxTier; conversation_seq?: number | null } // MemberChange
+export interface GroupMember { user_id: string; display_name: string; role: GroupRole } // MemberItem
+/** One page of current members by user id; `next` is the `after` of the next page, null at the end. */
+export interface MemberPage { members: GroupMember[]; next: string | null } // MemberPage
 export interface IceServer { urls: string[] | string; username: string; credential: string }
 export interface IceServers { ice_servers: IceServer[]; ttl_s: number }
 export interface RoomInfo {
@@ -37,7 +56,7 @@ export type TypeFields = Partial<Omit<CustomMessageType, "version">> & { custom_
 
 /** The paths this client calls, checked against `/api/v1/schema/` by the tests. */
 export const REST_PATHS = [
-  "/api/v1/auth/token", "/api/v1/users", "/api/v1/conversations",
+  "/api/v1/auth/token", "/api/v1/users", "/api/v1/conversations", "/api/v1/conversations/{id}",
   "/api/v1/conversations/{id}/members", "/api/v1/conversations/{id}/members/{user_id}",
   "/api/v1/devices/{device_id}/push", "/api/v1/rooms", "/api/v1/rooms/{room_id}",
   "/api/v1/rooms/{room_id}/promote", "/api/v1/moderation/recall", "/api/v1/registry/types",
@@ -104,8 +123,49 @@ export class RestClient {
     return this.call("POST", `conversations/${enc(conversationId)}/members`, { user_ids: userIds });
   }
 
+  /** Leave (your own id) or remove someone (the owner anyone, an admin members, §17.1). */
   removeMember(conversationId: string, userId: string): Promise<ConversationSeqAnswer> {
     return this.call("DELETE", `conversations/${enc(conversationId)}/members/${enc(userId)}`);
+  }
+
+  /** GET conversations/{id}: its title and policies, your role and tier (members and former members). */
+  getConversation(conversationId: string): Promise<ConversationInfo> {
+    return this.call("GET", `conversations/${enc(conversationId)}`);
+  }
+
+  /** PATCH conversations/{id}: rename a group or set its policies (owner and admins). */
+  updateConversation(conversationId: string, changes: GroupChanges): Promise<GroupUpdateAnswer> {
+    return this.call("PATCH", `conversations/${enc(conversationId)}`, changes);
+  }
+
+  /** One page of current members, ordered by user id, after `after` (exclusive); `limit` 1-1000 (100). */
+  listMembers(conversationId: string, page: { after?: string; limit?: number } = {}): Promise<MemberPage> {
+    const query = new URLSearchParams();
+    if (page.after !== undefined) query.set("after", page.after);
+    if (page.limit !== undefined) query.set("limit", String(page.limit));
+    const text = query.toString();
+    return this.call("GET", `conversations/${enc(conversationId)}/members${text ? `?${text}` : ""}`);
+  }
+
+  /** Every current member, a page at a time, following `next`. */
+  async *memberPages(conversationId: string, limit?: number): AsyncGenerator<GroupMember[]> {
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.listMembers(conversationId, { after, limit });
+      if (page.members.length > 0) yield page.members;
+      if (page.next === null || page.members.length === 0) return;
+      after = page.next;
+    }
+  }
+
+  /** Make a member an admin or a member again, or hand them ownership (`owner`): the owner only. */
+  setMemberRole(conversationId: string, userId: string, role: GroupRole): Promise<MemberChangeAnswer> {
+    return this.call("PATCH", `conversations/${enc(conversationId)}/members/${enc(userId)}`, { role });
+  }
+
+  /** Your own mailbox tier in a conversation (§17.4); `userId` must be yours (403 otherwise). */
+  setTier(conversationId: string, userId: string, tier: MailboxTier): Promise<MemberChangeAnswer> {
+    return this.call("PATCH", `conversations/${enc(conversationId)}/members/${enc(userId)}`, { tier });
   }
 
   registerPush(deviceId: string, registration: PushRegistration): Promise<{ device_id: string; platform: string }> {

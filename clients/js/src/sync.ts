@@ -1,11 +1,12 @@
 /**
  * The device's mailbox stream (protocol §15): SYNC from the stored cursor on every connect,
  * paging on `has_more`, then live EVENTs; a gap in `mailbox_seq` means "SYNC now", a seq at
- * or below the cursor is a duplicate. Events come out once each, ascending.
+ * or below the cursor is a duplicate. Events come out once each, ascending. A live EVENT (no
+ * `mailbox_seq`, §6.5) is in no mailbox: it goes out as `live` at once and never moves the cursor.
  */
 import type { QimConnection } from "./connection.js";
 import { Emitter } from "./emitter.js";
-import type { Frame, MailboxEvent, SyncBatch } from "./types.js";
+import type { Frame, LiveEvent, MailboxEvent, SyncBatch } from "./types.js";
 
 /** Where a device keeps its cursor between runs: one per (server, user, device). */
 export interface CursorStore {
@@ -41,6 +42,9 @@ const MAX_GAP_PASSES = 2;
 export interface MailboxEvents {
   [name: string]: unknown;
   event: MailboxEvent;
+  /** A row that wrote no entry in this mailbox (you are `mention_only` there, §17.4): show it if
+   * its conversation is open; SYNC will not bring it again, HISTORY has it. */
+  live: LiveEvent;
   /** A catch-up finished: the cursor is at the mailbox's head as of that SYNC. */
   synced: { cursor: number; events: number };
   /** A SYNC page said `history_truncated`: retention deleted entries after `after` (§6.2). */
@@ -58,12 +62,12 @@ export class MailboxSync extends Emitter<MailboxEvents> {
     readonly store: CursorStore = new MemoryCursorStore(),
     private readonly pageSize = 200,
     /** Applied to each event before it is emitted (the registry's render decision). */
-    private readonly prepare: (event: MailboxEvent) => void = () => undefined,
+    private readonly prepare: (event: MailboxEvent | LiveEvent) => void = () => undefined,
   ) {
     super();
     this.cursor = store.load() ?? 0;
     connection.on("push", (frame: Frame) => {
-      if (frame.type === "EVENT") this.offer((frame as { event?: MailboxEvent }).event);
+      if (frame.type === "EVENT") this.offer((frame as { event?: MailboxEvent | LiveEvent }).event);
     });
     connection.on("connected", ({ reconnect }) => {
       if (!reconnect) void this.syncNow().catch((error) => connection.emit("error", error));
@@ -132,9 +136,16 @@ export class MailboxSync extends Emitter<MailboxEvents> {
     return { after_mailbox_seq: this.cursor, limit: this.pageSize };
   }
 
-  /** An EVENT push: the next one is delivered, a duplicate dropped, a gap triggers SYNC. */
-  offer(event: MailboxEvent | undefined): void {
-    if (event === undefined || typeof event.mailbox_seq !== "number") return;
+  /** An EVENT push: the next one is delivered, a duplicate dropped, a gap triggers SYNC; a live
+   * one goes out as `live` whatever the cursor (it has no place in the mailbox's order). */
+  offer(event: MailboxEvent | LiveEvent | undefined): void {
+    if (event === undefined) return;
+    if (isLive(event)) {
+      this.prepare(event);
+      this.emit("live", event);
+      return;
+    }
+    if (typeof event.mailbox_seq !== "number") return;
     if (this.syncing !== null) {
       this.held.push(event);
       return;
@@ -162,4 +173,9 @@ export class MailboxSync extends Emitter<MailboxEvents> {
       this.store.save(mailboxSeq);
     }
   }
+}
+
+/** A live EVENT has `live: true` and no `mailbox_seq` (§6.5). */
+function isLive(event: MailboxEvent | LiveEvent): event is LiveEvent {
+  return (event as LiveEvent).live === true && (event as Partial<MailboxEvent>).mailbox_seq === undefined;
 }

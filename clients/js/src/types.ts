@@ -12,7 +12,7 @@ export interface Frame {
 export type ErrorCode =
   | "bad_frame" | "unknown_type" | "unauthenticated" | "forbidden" | "not_found"
   | "rate_limited" | "too_large" | "window_expired" | "unknown_custom_type" | "room_limit"
-  | "conflict" | "internal";
+  | "conflict" | "internal" | "bad_request";
 
 export interface ErrorFrame extends Frame {
   type: "ERROR";
@@ -60,6 +60,22 @@ export interface AuthOk extends Frame {
 
 export type MessageState = "normal" | "edited" | "recalled" | "deleted";
 
+/** A member's role in a group (protocol §17.1); in a direct conversation always `member`. */
+export type GroupRole = "owner" | "admin" | "member";
+/** A member's mailbox tier (§17.4): `mention_only` writes entries only for mentions. */
+export type MailboxTier = "full" | "mention_only";
+/** Who may @all (`mention_all_policy`) or add members (`add_members_policy`). */
+export type GroupPolicy = "admins" | "members";
+
+/** The message a reply quotes, as it is now (§17.3); a target retention deleted has no sender or type. */
+export interface ReplyQuote {
+  conversation_seq: number;
+  sender_id: string | null;
+  content_type: string | null;
+  preview: string;
+  state: MessageState;
+}
+
 export interface Reactions {
   counts: Record<string, number>;
   summary_version: number;
@@ -81,11 +97,22 @@ export interface Message {
   recallable_until_ms?: number;
   editable_until_ms?: number;
   target_conversation_seq?: number;
+  /** User ids this message mentions (§17.2); on every message, absent on membership and group rows. */
+  mentions?: string[];
+  /** An @all: it mentions every member. */
+  mention_all?: boolean;
+  /** Present on replies only. */
+  reply_to?: ReplyQuote;
   /** Added by the SDK: how to show it, from the registry (see registry.ts). */
   render?: RenderDecision;
 }
 
-export type ControlType = "qim.read.v1" | "qim.recall.v1" | "qim.edit.v1" | "qim.membership.v1";
+export type ControlType = "qim.read.v1" | "qim.recall.v1" | "qim.edit.v1" | "qim.membership.v1" | "qim.group.v1";
+
+/** The payload of a `qim.group.v1` event (§17.1): roles changed, or the title or policies. */
+export type GroupEventPayload =
+  | { action: "role"; roles: Record<string, GroupRole> }
+  | { action: "update"; changes: { title?: string; mention_all_policy?: GroupPolicy; add_members_policy?: GroupPolicy } };
 
 export interface ControlEvent {
   custom_type: ControlType | string;
@@ -95,10 +122,26 @@ export interface ControlEvent {
   actor_id: string;
   origin_device_id: string | null;
   payload?: Json;
+  /** On an edit that replaced the target's mentions (§17.2): the new set. */
+  mentions?: string[];
+  mention_all?: boolean;
 }
 
 export interface MailboxEvent {
   mailbox_seq: number;
+  kind: "message" | "control";
+  conversation_id: string;
+  message?: Message;
+  control?: ControlEvent;
+}
+
+/**
+ * A live EVENT (§6.5): a row that wrote no entry in your mailbox (you are `mention_only` in
+ * that conversation and it does not mention you). It has no `mailbox_seq`, so it never moves
+ * the sync cursor, and SYNC never returns it.
+ */
+export interface LiveEvent {
+  live: true;
   kind: "message" | "control";
   conversation_id: string;
   message?: Message;
@@ -150,6 +193,11 @@ export interface ConversationItem {
   preview: string;
   unread: number;
   member?: boolean;
+  /** Yours in this conversation (§17). */
+  role: GroupRole;
+  tier: MailboxTier;
+  /** Your unread mentions, @all included; MARK_READ past them clears them. */
+  mention_count: number;
 }
 
 export interface ConversationList extends Frame {

@@ -8,8 +8,9 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import {
-  Backoff, epochOf, REST_PATHS, RestClient, type Call, type ConversationIdAnswer, type ConversationSeqAnswer,
-  type CustomMessageType, type EventSeqAnswer, type IceServer, type IceServers, type LoginAnswer, type RoomEvent,
+  Backoff, epochOf, REST_PATHS, RestClient, type Call, type ConversationIdAnswer, type ConversationInfo,
+  type ConversationSeqAnswer, type CustomMessageType, type EventSeqAnswer, type GroupMember, type GroupUpdateAnswer,
+  type IceServer, type IceServers, type LoginAnswer, type MemberChangeAnswer, type MemberPage, type RoomEvent,
   type UserIdAnswer,
 } from "../src/index.js";
 import { QimServer, waitFor, type Persona } from "./server.js";
@@ -207,10 +208,19 @@ test("REST: every path the client calls is in /api/v1/schema/; errors carry {cod
     timeline_visible: true, anchor_mode: true, preview_template: true, max_payload_bytes: true,
     minimum_client_version: true, enabled: true, version: true,
   };
+  // GET and PATCH conversations/{id} share one component: the union of the two answers.
+  const conversationSettings: Record<keyof ConversationInfo | keyof GroupUpdateAnswer, true> = {
+    conversation_id: true, kind: true, title: true, mention_all_policy: true, add_members_policy: true,
+    member_count: true, role: true, tier: true, member: true, conversation_seq: true,
+  };
+  const memberChange: Record<keyof MemberChangeAnswer, true> = { user_id: true, role: true, tier: true, conversation_seq: true };
+  const memberItem: Record<keyof GroupMember, true> = { user_id: true, display_name: true, role: true };
+  const memberPage: Record<keyof MemberPage, true> = { members: true, next: true };
   const components = (schema as unknown as { components: { schemas: Record<string, { properties: object }> } }).components.schemas;
   const ours: Record<string, object> = {
     TokenResponse: tokenResponse, UserId: userId, ConversationId: conversationId, ConversationSeq: conversationSeq,
     EventSeq: eventSeq, IceServers: iceServers, IceServer: iceServer, CustomMessageType: customType,
+    ConversationSettings: conversationSettings, MemberChange: memberChange, MemberItem: memberItem, MemberPage: memberPage,
   };
   for (const [name, keys] of Object.entries(ours)) {
     assert.deepEqual(Object.keys(components[name].properties).sort(), Object.keys(keys).sort(), name);

@@ -1,9 +1,16 @@
-/** The chat screen: the conversation list (unread badges, previews, newest first) and one
- * open conversation (history paging, send, edit, recall, reactions, typing), kept live by
- * the SDK's mailbox events and pushes. */
+/** The chat screen: the conversation list (unread and mention badges, previews, newest first)
+ * and one open conversation (history paging, send with mentions and replies, edit, recall,
+ * reactions, typing, its members and my tier), kept live by the SDK's mailbox and live events
+ * and pushes. */
 import { clock, h } from "./dom.js";
 import { CallPanel } from "./calls.js";
+import { Composer, addressing } from "./composer.js";
+import { Group } from "./group.js";
+import { MemberPanel } from "./member_panel.js";
+import { mentionsMe } from "./mentions.js";
+import { GROUP, MEMBERSHIP, isShownRow, isSystemRow, messageText, quoteBlock, systemText } from "./message_view.js";
 import { RoomsPanel } from "./rooms.js";
+import { tierControl } from "./tier.js";
 
 const REACTIONS = ["👍", "❤️", "😂"];
 const TYPING_SHOWN_MS = 6000;
@@ -50,6 +57,8 @@ export class Chat {
 
   async start() {
     this.client.mailbox.on("event", (event) => this.onEvent(event));
+    // Rows of conversations I follow for mentions only: no mailbox entry, shown if open (§6.5).
+    this.client.mailbox.on("live", (event) => this.onEvent(event));
     this.client.onPush("REACTION_UPDATE", (push) => this.onReactions(push));
     this.client.onPush("TYPING", (push) => this.onTyping(push));
     this.client.registry.on("updated", () => { if (this.open) this.renderTimeline(); });
@@ -67,28 +76,72 @@ export class Chat {
   }
 
   listItem(item) {
-    const badge = item.unread > 0 ? h("span", { class: "badge" }, item.unread) : null;
+    const mentions = item.mention_count > 0
+      ? h("span", { class: "mention-badge", "aria-label": `${item.mention_count} unread mentions` }, `@${item.mention_count}`) : null;
+    const badge = item.unread > 0 ? h("span", { class: "badge", "aria-label": `${item.unread} unread` }, item.unread) : null;
     return h("li", {
       class: `conversation-item${this.open?.id === item.conversation_id ? " selected" : ""}`,
       "data-id": item.conversation_id, onclick: () => this.openConversation(item.conversation_id),
-    }, h("div", { class: "title" }, item.title || item.conversation_id, badge),
-    h("div", { class: "preview" }, item.preview || ""));
+    }, h("div", { class: "title" }, h("span", { class: "name" }, item.title || item.conversation_id),
+      h("span", { class: "badges" }, mentions, badge)),
+    h("div", { class: "preview" }, item.tier === "mention_only" ? h("span", { class: "tier-mark", title: "Notifies only of @mentions" }, "@ only · ") : null,
+      item.preview || ""));
   }
 
   async openConversation(id) {
     this.rooms.openId = null;
-    this.open = { id, messages: new Map(), hasMore: false };
+    const group = new Group(this.rest, id, this.client.userId);
+    this.open = { id, messages: new Map(), hasMore: false, group };
     this.typingLine = h("p", { id: "typing", class: "typing" });
     this.timeline = h("ol", { id: "messages", class: "messages" });
     this.older = h("button", { id: "older", class: "older", hidden: true, onclick: () => this.loadPage() }, "Older messages");
+    this.composer = new Composer(this.client, id, group, (ack) => this.refreshOne(ack.conversation_seq));
     const item = this.conversations.get(id);
     this.pane.className = "conversation";
+    this.title = h("h2", {}, item?.title || id);
+    this.groupTools = h("span", { class: "group-tools" });
     this.pane.replaceChildren(
-      h("header", {}, h("button", { class: "back", onclick: () => this.close() }, "←"), h("h2", {}, item?.title || id),
-        item?.kind === "group" ? this.addMemberForm(id) : null, this.callForm(id)),
-      this.older, this.timeline, this.typingLine, this.composer(id));
-    await this.loadPage();
+      h("header", {}, h("button", { class: "back", "aria-label": "Back to conversations", onclick: () => this.close() }, "←"),
+        this.title, this.groupTools, item?.kind === "group" ? this.addMemberForm(id) : null, this.callForm(id)),
+      h("div", { class: "conversation-body" }, h("div", { class: "timeline" }, this.older, this.timeline, this.typingLine),
+        this.memberPanel(group)),
+      this.composer.element);
+    await Promise.all([this.loadPage(), this.loadGroup()]);
     await this.markRead();
+  }
+
+  memberPanel(group) {
+    this.members = new MemberPanel(group, this.rest, {
+      changed: (answer) => this.afterGroupChange(answer),
+      left: () => this.close(),
+    });
+    return this.members.element;
+  }
+
+  /** After a change this device made over REST: its own event never comes back to it (§5.2),
+   * so the row is read by HISTORY, and the group and the list again. */
+  async afterGroupChange(answer) {
+    await Promise.all([this.loadGroup(), this.refreshOne(answer?.conversation_seq), this.refreshList()]);
+  }
+
+  /** The group's settings, my role and tier, and its members: read when a conversation opens
+   * and again on every group or membership event in it. */
+  async loadGroup() {
+    const open = this.open;
+    if (!open) return;
+    try {
+      await open.group.load();
+    } catch {
+      return; // the header keeps its defaults; the next event tries again
+    }
+    if (this.open !== open) return;
+    const { info } = open.group;
+    this.title.textContent = info.title || this.conversations.get(open.id)?.title || open.id;
+    this.groupTools.replaceChildren(...(info.kind === "group" ? [this.members.button] : []),
+      ...(info.kind === "group" && info.member ? [tierControl(this.rest, open.id, this.client.userId, info.tier, () => this.refreshList())] : []));
+    const addForm = this.pane.querySelector("#add-member-form");
+    if (addForm) addForm.hidden = !open.group.mayAddMembers;
+    this.members.render();
   }
 
   /** The right-hand pane for something that is not a conversation (a room). */
@@ -117,8 +170,9 @@ export class Chat {
       submit.preventDefault();
       const userIds = input.value.split(",").map((m) => m.trim()).filter(Boolean);
       try {
-        await this.rest.addMembers(id, userIds);
+        const answer = await this.rest.addMembers(id, userIds);
         input.value = "";
+        await this.afterGroupChange(answer);
       } catch (failure) {
         input.setCustomValidity(failure.message);
         input.reportValidity();
@@ -135,25 +189,6 @@ export class Chat {
     form.addEventListener("submit", (submit) => {
       submit.preventDefault();
       this.callPanel.invite(id, input.value.trim()).catch((failure) => { input.setCustomValidity(failure.message); input.reportValidity(); });
-    });
-    return form;
-  }
-
-  composer(id) {
-    const input = h("input", { name: "text", id: "composer-text", placeholder: "Message", autocomplete: "off", required: true });
-    let typingSent = 0;
-    input.addEventListener("input", () => {
-      if (Date.now() - typingSent < 3000) return;
-      typingSent = Date.now();
-      this.client.messages.typing(id, "start").catch(() => {});
-    });
-    const form = h("form", { id: "composer", class: "composer" }, input, h("button", { type: "submit" }, "Send"));
-    form.addEventListener("submit", async (submit) => {
-      submit.preventDefault();
-      const text = input.value;
-      input.value = "";
-      const ack = await this.client.messages.sendText(id, text);
-      await this.refreshOne(ack.conversation_seq);
     });
     return form;
   }
@@ -177,6 +212,10 @@ export class Chat {
     const message = batch.messages.find((m) => m.conversation_seq === seq);
     if (message && this.open === open) {
       open.messages.set(seq, message);
+      // Quotes show their target as it is now (§17.3): an edit or recall reaches them too.
+      for (const other of open.messages.values()) {
+        if (other.reply_to?.conversation_seq === seq) other.reply_to = { ...other.reply_to, state: message.state, preview: message.preview };
+      }
       this.renderTimeline();
     }
   }
@@ -208,35 +247,31 @@ export class Chat {
   }
 
   messageItem(message) {
-    const own = message.sender_id === this.client.userId;
+    if (isSystemRow(message)) {
+      // Not a `.message`: nobody sent it, and it takes no reply, reaction or edit.
+      return h("li", { class: "system", "data-seq": message.conversation_seq }, systemText(message));
+    }
+    const me = this.client.userId;
+    const own = message.sender_id === me;
     const recalled = message.state === "recalled";
-    const text = recalled ? "[recalled]" : this.textOf(message);
     const now = Date.now();
     const actions = [];
+    if (!recalled && this.conversations.get(message.conversation_id)?.member !== false) {
+      actions.push(h("button", { class: "reply", "aria-label": `Reply to ${message.sender_id}`, onclick: () => this.composer.replyTo(message) }, "Reply"));
+    }
     if (own && !recalled && message.content_type === "text" && message.editable_until_ms > now) {
       actions.push(h("button", { class: "edit", onclick: () => this.edit(message) }, `Edit (until ${clock(message.editable_until_ms)})`));
     }
     if (own && !recalled && message.recallable_until_ms > now) {
       actions.push(h("button", { class: "recall", onclick: () => this.recall(message) }, `Recall (until ${clock(message.recallable_until_ms)})`));
     }
-    return h("li", { class: `message${own ? " own" : ""}${recalled ? " recalled" : ""}`, "data-seq": message.conversation_seq },
+    const classes = ["message", own && "own", recalled && "recalled", mentionsMe(message, me) && "mentions-me"].filter(Boolean);
+    return h("li", { class: classes.join(" "), "data-seq": message.conversation_seq },
       h("div", { class: "meta" }, this.presenceDot(message.sender_id), h("span", { class: "sender" }, message.sender_id), " ", clock(message.sent_at_ms),
         message.state === "edited" ? h("span", { class: "edited" }, " (edited)") : null),
-      h("div", { class: `text${message.content_type !== "text" ? " custom" : ""}` }, text),
+      message.reply_to ? quoteBlock(message.reply_to) : null,
+      h("div", { class: `text${message.content_type !== "text" ? " custom" : ""}` }, messageText(message, this.client.registry, me)),
       recalled ? null : this.reactionBar(message), h("div", { class: "actions" }, actions));
-  }
-
-  /** Text as itself; a registered custom type as its registry placeholder (preview_template,
-   * current: it changes live on REGISTRY_UPDATED); an unknown type as the server's preview. */
-  textOf(message) {
-    if (message.content_type === "text") return message.payload?.text ?? message.preview;
-    if (message.content_type === "qim.call_record.v1" && message.payload) {
-      const { outcome, duration_s: seconds, caller_id: caller } = message.payload;
-      return `📞 Call from ${caller} ${outcome}${outcome === "completed" ? ` (${seconds} s)` : ""}`;
-    }
-    const type = this.client.registry.get(message.content_type);
-    if (!type) return message.preview || "[message]";
-    return type.preview_template.replaceAll("{sender_id}", message.sender_id).replaceAll("{content_type}", message.content_type);
   }
 
   reactionBar(message) {
@@ -271,7 +306,8 @@ export class Chat {
   async edit(message) {
     const text = window.prompt("Edit message", message.payload?.text ?? "");
     if (text === null || text === "") return;
-    await this.client.messages.edit(message.conversation_id, message.conversation_seq, { text });
+    const addressed = this.open ? addressing(text, this.open.group, message) : {};
+    await this.client.messages.edit(message.conversation_id, message.conversation_seq, { text }, addressed);
     await this.refreshOne(message.conversation_seq);
   }
 
@@ -294,20 +330,22 @@ export class Chat {
     if (this.typingLine) this.typingLine.textContent = who.length ? `${who.join(", ")} typing…` : "";
   }
 
-  /** A mailbox event: a new message joins the open timeline; an edit or recall refreshes
-   * its target; the list (order, previews, badges) is re-read either way. */
+  /** A mailbox or live event: a new message joins the open timeline; an edit or recall
+   * refreshes its target; a group or membership change reloads the group; the list (order,
+   * previews, badges) is re-read either way. */
   async onEvent(event) {
     const open = this.open;
     if (open && event.conversation_id === open.id) {
       const target = event.message?.target_conversation_seq ?? event.control?.target_conversation_seq;
-      const type = String(event.message?.content_type);
-      if (event.message && (!type.startsWith("qim.") || type === "qim.call_record.v1")) {
+      if (event.message && isShownRow(event.message)) {
         open.messages.set(event.message.conversation_seq, event.message);
         this.typingUntil.delete(event.message.sender_id);
         this.renderTyping();
         this.renderTimeline();
       }
       if (target) await this.refreshOne(target);
+      const custom = event.control?.custom_type;
+      if (custom === GROUP || custom === MEMBERSHIP) await this.loadGroup();
       if (document.visibilityState === "visible") await this.markRead();
     }
     await this.refreshList();
