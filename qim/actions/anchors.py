@@ -3,8 +3,6 @@ re-issuing the EVENT push of one already logged (recovery, design §2)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from qim.actions.log import Appended, append_to_log
 from qim.actions.log_pushes import event_push
 from qim.content_types import builtin_policy
