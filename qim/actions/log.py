@@ -48,9 +48,8 @@ def lock_with_members(
             f"WITH c AS (SELECT * FROM {table} WHERE id = %s FOR UPDATE), w AS ({wanted_members_sql()}) "
             f"SELECT {', '.join(f'c.{name}' for name in fields)}, "
             f"(SELECT last_seq FROM {table} WHERE id = %s), m.pks, m.ids, m.roles, m.tiers FROM c "
-            "LEFT JOIN LATERAL (SELECT array_agg(w.user_id) AS pks, array_agg(u.username) AS ids, "
-            "array_agg(w.role) AS roles, array_agg(w.tier) AS tiers "
-            f"FROM w JOIN {User._meta.db_table} u ON u.id = w.user_id) m ON true",
+            "LEFT JOIN LATERAL (SELECT array_agg(w.user_id) AS pks, array_agg(w.username) AS ids, "
+            "array_agg(w.role) AS roles, array_agg(w.tier) AS tiers FROM w) m ON true",
             [conversation_id, *wanted_members_params(conversation_id, senders, mentioned), conversation_id],
         )
         row = cursor.fetchone()

@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from qim.infra.instruments import fanout_done
 from qim.models import MembershipInterval
 from qim.node.node_hooks import node_message_handler
+from qim.node.outbound import TextFrame
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +124,12 @@ class ConversationFanOut:
             return 0
         members = await self.member_sets.members(batch["conversation"], batch["version"])
         exclude = set(batch.get("exclude") or ())
+        frame = TextFrame.of(batch["text"])  # encoded and framed once for every socket
         written = 0
         for conn in local:
             if conn.user_id in members and conn.user_id not in exclude:
                 try:
-                    await conn.send_text(batch["text"])
+                    await conn.send_text(frame)
                     written += 1
                 except Exception:
                     logger.exception("writing to connection %s failed", conn.connection_id)

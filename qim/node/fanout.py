@@ -12,6 +12,7 @@ from qim.node.connection import Connection, UserKey
 from qim.node.node_hooks import node_message_handler, push_delivered_hooks
 from qim.node.node_path import NodePath
 from qim.node.presence import PresenceDirectory
+from qim.node.outbound import TextFrame
 from qim.node.user_push import UserPush
 from qim.infra.instruments import fanout_done
 
@@ -84,6 +85,8 @@ class FanOut:
         """Write a batch's text (the same string for all, or head + per-user part + tail) to
         each local target socket."""
         text = batch.get("text")
+        if text is not None:  # the same frame for everyone: encoded and framed once
+            text = TextFrame.of(text)
         per_user = batch.get("per_user")
         # A presence notice: remember what each watcher was told (PresenceWatch.reconcile).
         told = (batch["watchers_of"], batch["online"]) if "online" in batch else None

@@ -86,32 +86,38 @@ def _capable_members_sql() -> str:
 
 
 _CAPABLE_MEMBERS_SQL = (
-    "SELECT u.username FROM ({wanted}) w JOIN {user} u ON u.id = w.user_id "
-    "WHERE u.tenant_id = %s AND EXISTS (SELECT 1 FROM {device} d WHERE d.user_id = w.user_id "
-    "AND NOT (d.push_token = '' AND d.voip_token = ''))"
+    "SELECT w.username FROM ({wanted}) w "
+    "WHERE w.tenant_id = %s AND (SELECT true FROM {device} d WHERE d.user_id = w.user_id "
+    "AND NOT (d.push_token = '' AND d.voip_token = '') LIMIT 1)"
 )
+# The device test is a scalar subquery, probed per member by the device's user index: as
+# EXISTS (a semi-join) PostgreSQL hashed the whole device table, every tenant's, per SEND.
 
 
 def wanted_members_sql() -> str:
-    """PostgreSQL: (user_id, role, tier) of the current members a SEND needs: all of them,
-    unless the group's default tier is mention_only (the operator's choice, else more than
-    QIM_LARGE_GROUP_MEMBERS members); then only those who chose `full`, the senders and the
-    mentioned, each branch an index lookup. Whether the group is that large is a scalar
-    subquery of the one conversation row, so PostgreSQL decides it once and never runs the
-    branch not taken (a join to the row, with or without statistics, scanned all 100 000
-    intervals). Parameters: wanted_members_params."""
+    """PostgreSQL: (user_id, username, tenant_id, role, tier) of the current members a SEND
+    needs: all of them, unless the group's default tier is mention_only (the operator's
+    choice, else more than QIM_LARGE_GROUP_MEMBERS members); then only those who chose
+    `full`, the senders and the mentioned, each branch an index lookup. Whether the group is
+    that large is a scalar subquery of the one conversation row, so PostgreSQL decides it once
+    and never runs the branch not taken (a join to the row, with or without statistics,
+    scanned all 100 000 intervals). Each branch joins the users itself: joined outside, the
+    union's estimate (the all-members branch's) had PostgreSQL hash the whole user table for
+    the three rows a large group's SEND reads. Parameters: wanted_members_params."""
     interval, user, conversation = MembershipInterval._meta.db_table, User._meta.db_table, Conversation._meta.db_table
     big = (
         "(SELECT (c.default_tier = 'mention_only' OR (c.default_tier = '' AND c.member_count > %s)) "
         f"FROM {conversation} c WHERE c.id = %s)"
     )
     current = "i.conversation_id = %s AND i.left_at IS NULL"
+    columns = "i.user_id, u.username, u.tenant_id, i.role, i.tier"
     return (
-        f"SELECT i.user_id, i.role, i.tier FROM {interval} i WHERE NOT {big} AND {current} "
-        f"UNION SELECT i.user_id, i.role, i.tier FROM {interval} i WHERE {big} AND {current} AND i.tier = 'full' "
-        f"UNION SELECT i.user_id, i.role, i.tier FROM unnest(%s::bigint[]) s (user_id) "
-        f"JOIN {interval} i ON i.user_id = s.user_id WHERE {big} AND {current} "
-        f"UNION SELECT i.user_id, i.role, i.tier FROM unnest(%s::text[]) n (username) "
+        f"SELECT {columns} FROM {interval} i JOIN {user} u ON u.id = i.user_id WHERE NOT {big} AND {current} "
+        f"UNION SELECT {columns} FROM {interval} i JOIN {user} u ON u.id = i.user_id "
+        f"WHERE {big} AND {current} AND i.tier = 'full' "
+        f"UNION SELECT {columns} FROM unnest(%s::bigint[]) s (user_id) JOIN {interval} i ON i.user_id = s.user_id "
+        f"JOIN {user} u ON u.id = i.user_id WHERE {big} AND {current} "
+        f"UNION SELECT {columns} FROM unnest(%s::text[]) n (username) "
         f"JOIN {user} u ON u.username = n.username JOIN {interval} i ON i.user_id = u.id "
         f"WHERE {big} AND u.tenant_id = (SELECT tenant_id FROM {conversation} WHERE id = %s) AND {current}"
     )

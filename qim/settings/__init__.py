@@ -137,6 +137,13 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     )
     if _db["NAME"] not in ("", ":memory:"):
         Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    # QIM's statements are short index lookups. PostgreSQL's JIT compiles any plan whose
+    # estimate passes jit_above_cost, and a SEND to a 100 000-member group has a branch
+    # (every member) that is estimated whole though never run: half a second of compiling for
+    # a millisecond of work (issue #34). Off for QIM's sessions only; the server's setting
+    # stays for anyone else.
+    _db.setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
 # A server process checkpoints SQLite's WAL from a thread this often instead of inside
 # commits (qim/infra/sqlite_checkpoints.py); 0 leaves it to SQLite's automatic checkpoints.
 QIM_SQLITE_CHECKPOINT_INTERVAL_S = env.float("QIM_SQLITE_CHECKPOINT_INTERVAL_S", default=1.0)
