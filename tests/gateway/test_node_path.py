@@ -56,7 +56,8 @@ async def node(small_layer: None) -> AsyncIterator[ConnectionNode]:
 
 def connection(user_id: str, device_id: str, inbox: list[tuple[str, str, str]]) -> Connection:
     async def send_text(text: Any) -> None:
-        inbox.append((user_id, device_id, text))
+        # A push written to many sockets arrives framed once (a TextFrame); keep its text.
+        inbox.append((user_id, device_id, getattr(text, "text", text)))
 
     return Connection(
         connection_id=f"{user_id}-{device_id}", tenant_id=TENANT, tenant_name="np", user_pk=0,
