@@ -22,6 +22,7 @@ from qim.errors import Refused
 from qim.infra import codec
 from qim.models import Conversation, MembershipInterval, User
 from qim.queries.conversations import MemberSet, current_member_set, group_default_tier
+from qim.queries.groups import group_settings
 
 ROLES = (MembershipInterval.OWNER, MembershipInterval.ADMIN, MembershipInterval.MEMBER)
 TIERS = (MembershipInterval.FULL, MembershipInterval.MENTION_ONLY)
@@ -142,14 +143,3 @@ def do_update_group(conversation_id: str, actor: User, device_id: str, changes: 
             conversation.save(update_fields=list(changed))
             seq = _log(conversation, actor, device_id, {"action": "update", "changes": changed}, [], now_ms())
     return {**group_settings(conversation), "conversation_seq": seq}
-
-
-def group_settings(conversation: Conversation) -> dict:
-    return {
-        "conversation_id": conversation.pk,
-        "kind": conversation.kind,
-        "title": conversation.title,
-        "mention_all_policy": conversation.mention_all_policy,
-        "add_members_policy": conversation.add_members_policy,
-        "member_count": conversation.member_count,
-    }

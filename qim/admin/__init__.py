@@ -9,7 +9,7 @@ from qim.admin import conversations  # noqa: F401  (registers Conversation, Memb
 from qim.admin import operators  # noqa: F401  (Django's User and Group admins: unscoped operators only)
 from qim.actions.credentials import do_activate_user, do_deactivate_user
 from qim.actions.push import do_retry_tasks
-from qim.admin.base import ReadableDatesAdmin, ReadOnlyAdmin
+from qim.admin.base import NoWrites, ReadableDatesAdmin, ReadOnlyAdmin
 from qim.admin.tenants import TenantWallInline, scoped_tenant_ids
 from qim.clock import now_ms
 from qim.errors import Refused
@@ -99,7 +99,7 @@ class DeviceAdmin(ReadableDatesAdmin):
     show_full_result_count = False
 
 
-class MentionInline(TenantWallInline):
+class MentionInline(NoWrites, TenantWallInline):
     """Whom a message mentions, as mention_count counts it (one row per user; at most
     max_mentions_per_message), read-only: an EDIT rewrites them, nothing else does."""
 
@@ -112,15 +112,6 @@ class MentionInline(TenantWallInline):
 
     def get_queryset(self, request):  # type: ignore[no-untyped-def]
         return super().get_queryset(request).select_related("user__tenant")
-
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
 
 
 @admin.register(MessageRecord)

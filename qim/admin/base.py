@@ -101,11 +101,8 @@ class ReadableDatesAdmin(TenantWallAdmin):
         return [*shown, *(s for s in stamps if s not in shown)]
 
 
-class ReadOnlyAdmin(ReadableDatesAdmin):
-    """Rows that only actions write (the log, audits, outboxes): operators look and count,
-    never add, edit or delete them here."""
-
-    show_full_result_count = False
+class NoWrites:
+    """An admin or inline whose rows only actions write: no add, change or delete here."""
 
     def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
@@ -115,3 +112,10 @@ class ReadOnlyAdmin(ReadableDatesAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
+
+
+class ReadOnlyAdmin(NoWrites, ReadableDatesAdmin):
+    """Rows that only actions write (the log, audits, outboxes): operators look and count,
+    never add, edit or delete them here."""
+
+    show_full_result_count = False

@@ -9,12 +9,8 @@ from qim.queries.conversations import access_member_intervals
 from qim.queries.unread import tier_of
 
 
-def conversation_settings(conversation: Conversation, user_pk: int) -> dict[str, Any]:
-    """The settings every member may read, with the reader's own role and tier; `forbidden`
-    for someone who never was a member (as HISTORY answers them)."""
-    intervals = access_member_intervals(conversation, user_pk)
-    last = intervals[-1]
-    last.conversation = conversation
+def group_settings(conversation: Conversation) -> dict[str, Any]:
+    """What every member may read of a conversation's settings (PATCH answers it too)."""
     return {
         "conversation_id": conversation.pk,
         "kind": conversation.kind,
@@ -22,6 +18,17 @@ def conversation_settings(conversation: Conversation, user_pk: int) -> dict[str,
         "mention_all_policy": conversation.mention_all_policy,
         "add_members_policy": conversation.add_members_policy,
         "member_count": conversation.member_count,
+    }
+
+
+def conversation_settings(conversation: Conversation, user_pk: int) -> dict[str, Any]:
+    """The settings every member may read, with the reader's own role and tier; `forbidden`
+    for someone who never was a member (as HISTORY answers them)."""
+    intervals = access_member_intervals(conversation, user_pk)
+    last = intervals[-1]
+    last.conversation = conversation
+    return {
+        **group_settings(conversation),
         "role": last.role,
         "tier": tier_of(last),
         "member": last.left_at is None,
