@@ -83,8 +83,9 @@ def test_an_operator_reads_intervals_live_rooms_and_retries_a_push(node: QimDepl
 
     page.goto(f"{base}/admin/qim/conversation/{group}/change/")
     table = page.locator("table.qim-intervals")
-    expect(table.locator(f"tr:has-text('{carol.user_id}') td").nth(3)).to_have_text(f"1 to {left_at - 1} (left at {left_at})")
-    expect(table.locator(f"tr:has-text('{bob.user_id}') td").nth(3)).to_have_text("from 1 on (member)")
+    # user, role, tier, joined_at, left_at, what they see: the sixth cell
+    expect(table.locator(f"tr:has-text('{carol.user_id}') td").nth(5)).to_have_text(f"1 to {left_at - 1} (left at {left_at})")
+    expect(table.locator(f"tr:has-text('{bob.user_id}') td").nth(5)).to_have_text("from 1 on (member)")
     expect(page.locator(".field-last_activity .readonly")).to_have_text(re.compile(DATE))
     shot(page, "admin-conversation")
 

@@ -75,8 +75,14 @@ async def test_a_conversation_shows_its_members_and_their_intervals(
     assert "UTC" in listing and not RAW_MS.search(listing)
     detail = operator.page(f"/admin/qim/conversation/{group}/change/")
     for member in (alice, bob):
-        assert re.search(rf"<td>{member.user_id}</td><td>0</td><td>-</td><td>from 1 on \(member\)</td>", detail), detail
-    assert f"<td>{carol.user_id}</td><td>0</td><td>{left_at}</td><td>1 to {left_at - 1} (left at {left_at})</td>" in detail
+        # user, role, tier, joined_at, left_at, what they see (issue #34 added role and tier)
+        assert re.search(
+            rf"<td>{member.user_id}</td><td>\w+</td><td>[^<]*</td><td>0</td><td>-</td><td>from 1 on \(member\)</td>", detail
+        ), detail
+    assert re.search(
+        rf"<td>{carol.user_id}</td><td>member</td><td>[^<]*</td><td>0</td><td>{left_at}</td>"
+        rf"<td>1 to {left_at - 1} \(left at {left_at}\)</td>", detail,
+    ), detail
     intervals = operator.rows(f"/admin/qim/membershipinterval/?q={group}&member=left")
     assert carol.user_id in intervals and alice.user_id not in intervals
 
