@@ -135,12 +135,8 @@ def log_group_event(
     (design §4.3). The acting device (the REST token's) is not told: the event names it as
     its origin, and the REST answer already told it (protocol.md §5)."""
     members = current_member_set(conversation)
-    addressed = {actor.pk, *(u.pk for u in affected)}
-    recipients = {pk: uid for pk, uid in members.ids.items() if pk not in members.quiet or pk in addressed}
+    recipients, live = members.split({actor.pk, *(u.pk for u in affected)})
     recipients.update({u.pk: u.username for u in affected})
-    if actor.pk in members.ids:
-        recipients[actor.pk] = actor.username
-    live = {pk: uid for pk, uid in members.ids.items() if pk not in recipients}
     return append_to_log(
         conversation,
         sender=actor,

@@ -241,12 +241,7 @@ def _sender_totals(conversation_id: str, sender_pks: set[int]) -> dict[int, int]
 def _insert_mentions(conversation: Conversation, rows: Sequence[LogRow], records: Sequence[MessageRecord]) -> None:
     """The MessageMention rows mention_count counts (qim.queries.unread), for rows that name
     users; an @all names no one here (it is a flag on the row)."""
-    mentions = [
-        MessageMention(conversation_id=conversation.pk, message_id=record.pk,
-                       conversation_seq=record.conversation_seq, user_id=pk)
-        for row, record in zip(rows, records)
-        for pk in row.mentioned
-    ]
+    mentions = [mention for row, record in zip(rows, records) for mention in MessageMention.rows_of(record, row.mentioned)]
     if mentions:
         MessageMention.objects.bulk_create(mentions)
 

@@ -52,7 +52,7 @@ def count_for_others(
             if pk != row.sender.pk and (row.mentions(pk) if pk in quiet else row.policy.counts_unread)
         }
         preview = message_object(record, conversation)["preview"]
-        payloads = {pk: _push_payload(conversation, record, row, preview, pk, still_to_come.get(pk, 0)) for pk in others}
+        payloads = {pk: push_payload(record, row.sender.username, preview, still_to_come.get(pk, 0), mention=row.mentions(pk)) for pk in others}
         pushed_per_record[record.pk] = enqueue_offline_pushes(
             tenant_id=conversation.tenant_id,
             devices=[device for device in devices if device[1] in others],
@@ -66,19 +66,27 @@ def count_for_others(
     return [pushed_per_record.get(record.pk, 0) for record in records]
 
 
-def _push_payload(
-    conversation: Conversation, record: MessageRecord, row: LogRow, preview: str, user_pk: int, badge: int
-) -> dict:
+def push_payload(record: MessageRecord, sender_id: str, preview: str, badge: int, *, mention: bool) -> dict:
+    """An offline message push's payload; a mention's is high priority and says so."""
     payload = {
-        "conversation_id": conversation.pk,
+        "conversation_id": record.conversation_id,
         "conversation_seq": record.conversation_seq,
-        "sender_id": row.sender.username,
+        "sender_id": sender_id,
         "preview": preview,
         "badge": badge,
     }
-    if row.mentions(user_pk):
+    if mention:
         payload.update(mention=True, priority="high")
     return payload
+
+
+def _event_of(conversation: Conversation, record: MessageRecord, entry_kind: str) -> dict:
+    """The row's mailbox event without a mailbox_seq: the body both EVENT pushes share,
+    rendered without a viewer (one body for every recipient)."""
+    template = UserMailboxEntry(mailbox_seq=0, kind=entry_kind, conversation=conversation, message=record)
+    event = mailbox_event(template, conversation)
+    del event["mailbox_seq"]
+    return event
 
 
 def live_push(
@@ -87,9 +95,7 @@ def live_push(
     """The row as a live EVENT (no mailbox_seq: there is no entry to sync) to members who get
     no mailbox entry for it, encoded once for all of them: named (a UserPush), or in a large
     group every member but those with an entry (a ConversationPush, resolved by each node)."""
-    template = UserMailboxEntry(mailbox_seq=0, kind=entry_kind, conversation=conversation, message=record)
-    event = mailbox_event(template, conversation)
-    del event["mailbox_seq"]
+    event = _event_of(conversation, record, entry_kind)
     event["live"] = True
     text = codec.encode({"type": "EVENT", "event": event})
     if isinstance(live, AllMembersBut):
@@ -111,12 +117,7 @@ def event_push(
 ) -> UserPush:
     """The EVENT push of a logged row to its mailbox entries (user pk -> mailbox_seq), encoded
     once; pass it to qim.notify.push_on_commit."""
-    template = UserMailboxEntry(
-        mailbox_seq=0, kind=entry_kind, conversation=conversation, message=record
-    )
-    event = mailbox_event(template, conversation)
-    del event["mailbox_seq"]
-    head, tail = event_push_parts(event)
+    head, tail = event_push_parts(_event_of(conversation, record, entry_kind))
     return UserPush(
         tenant_id=conversation.tenant_id,
         user_ids=list(recipients.values()),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from qim.actions.log_pushes import push_payload
 from qim.actions.mailbox import enqueue_offline_pushes, push_capable_devices
 from qim.actions.read_sync import store_badge
 from qim.conf import limit
@@ -99,11 +100,7 @@ def apply_mentions(event: MessageRecord, *, online: OnlineDevices | None = None)
     new = {users[uid] for uid in named if uid in users}
     old = set(MessageMention.objects.filter(message=target).values_list("user_id", flat=True))
     MessageMention.objects.filter(message=target).exclude(user_id__in=new).delete()
-    MessageMention.objects.bulk_create([
-        MessageMention(conversation_id=target.conversation_id, message=target,
-                       conversation_seq=target.conversation_seq, user_id=pk)
-        for pk in sorted(new - old)
-    ])
+    MessageMention.objects.bulk_create(MessageMention.rows_of(target, sorted(new - old)))
     target.mentions, target.mention_all = (event.mentions if named else None), event.mention_all
     target.save(update_fields=["mentions", "mention_all"])
     changed = (new ^ old) - {target.sender_id}
@@ -121,12 +118,7 @@ def _push_new_mentions(target: MessageRecord, user_pks: list[int], online: Onlin
     badges = dict(UserBadgeState.objects.filter(user_id__in=user_pks).values_list("user_id", "badge"))
     preview = message_object(target, target.conversation)["preview"]
     payloads = {
-        pk: {
-            "conversation_id": target.conversation_id, "conversation_seq": target.conversation_seq,
-            "sender_id": target.sender.username, "preview": preview, "badge": badges.get(pk, 0),
-            "mention": True, "priority": "high",
-        }
-        for pk in user_pks
+        pk: push_payload(target, target.sender.username, preview, badges.get(pk, 0), mention=True) for pk in user_pks
     }
     return enqueue_offline_pushes(
         tenant_id=target.tenant_id, devices=devices,

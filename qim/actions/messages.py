@@ -274,12 +274,7 @@ def audience(
         addressed.update(members.ids)
     for row in rows:
         addressed.update(row.mentioned)
-    recipients, live = {}, {}
-    for pk, user_id in members.ids.items():
-        if pk not in members.quiet or pk in addressed:
-            recipients[pk] = user_id
-        else:
-            live[pk] = user_id
+    recipients, live = members.split(addressed)
     for row in rows:  # a sender who is no member (an admin's event) still gets their entry
         recipients.setdefault(row.sender.pk, row.sender.username)
     if members.partial:

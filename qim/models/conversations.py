@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import models
 from ulid import ULID
 
@@ -219,6 +221,15 @@ class MessageMention(models.Model):
             models.UniqueConstraint(fields=["message", "user"], name="one_mention_per_message_user")
         ]
         indexes = [models.Index(fields=["user", "conversation", "conversation_seq"], name="mentions_of_user")]
+
+    @classmethod
+    def rows_of(cls, message: MessageRecord, user_pks: Iterable[int]) -> list[MessageMention]:
+        """Unsaved rows naming `user_pks` in `message` (SEND and an EDIT's step 2 write them)."""
+        return [
+            cls(conversation_id=message.conversation_id, message_id=message.pk,
+                conversation_seq=message.conversation_seq, user_id=pk)
+            for pk in user_pks
+        ]
 
     def __str__(self) -> str:
         return f"@{self.user.username}"

@@ -74,6 +74,18 @@ class MemberSet:
                 quiet.add(pk)
         return cls(ids, roles, frozenset(quiet), partial)
 
+    def split(self, addressed: set[int]) -> tuple[dict[int, str], dict[int, str]]:
+        """(mailbox recipients, live-only members) among these members for a row addressed to
+        `addressed` (design §4.3): `full` members and the addressed get an entry, the other
+        `mention_only` members the row live."""
+        recipients, live = {}, {}
+        for pk, user_id in self.ids.items():
+            if pk not in self.quiet or pk in addressed:
+                recipients[pk] = user_id
+            else:
+                live[pk] = user_id
+        return recipients, live
+
     def may_manage(self, user_pk: int) -> bool:
         return self.roles.get(user_pk) in (MembershipInterval.OWNER, MembershipInterval.ADMIN)
 
